@@ -5,13 +5,13 @@
 # %% auto #0
 __all__ = ['COMMANDS', 'prepare_cmd', 'run_cmd', 'targets_cmd', 'main']
 
-# %% ../nbs/90_cli.ipynb #2a4edcd0
+# %% ../nbs/90_cli.ipynb #35a2c1f9
 import json, sys
 from pathlib import Path
 from fastcore.script import call_parse, Param, anno_parser, store_true
 from .core import InputError
 
-# %% ../nbs/90_cli.ipynb #cd4c2360
+# %% ../nbs/90_cli.ipynb #e825ddfa
 def _thinking(s:str):
     s = s.lower()
     if s in ("on", "true", "1", "yes"): return True
@@ -63,7 +63,7 @@ def targets_cmd(name:Param("build this target and print its directory", str)=Non
             print(f"{n:12s} {'built: ' + str(d) if d.exists() else 'not built yet (built on first use)'}")
     else: print(target_dir(name))
 
-# %% ../nbs/90_cli.ipynb #e5692cff
+# %% ../nbs/90_cli.ipynb #a7f0aafa
 COMMANDS = {"run": run_cmd, "prepare": prepare_cmd, "targets": targets_cmd}
 
 def main():
