@@ -4,8 +4,7 @@
 
 # %% ../nbs/03_engines.ipynb #0b31ff41
 from __future__ import annotations
-import asyncio, json, random, threading, time
-from concurrent.futures import ThreadPoolExecutor
+import asyncio, json, queue, random, threading, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from .core import InputError
@@ -181,9 +180,8 @@ class LocalEngine:
         self.vocab_size = int(cfg["vocab_size"])
         self.context_length = int(cfg.get("max_position_embeddings") or 4096)
         self.eos_ids = _eos_ids(self.target.path, self.target.tokenizer)
-        self._model, self._lock = None, threading.Lock()
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="eagle3nb-local")
-        self._queue, self._loop, self._worker = None, None, None
+        self._model, self._lock = None, threading.RLock()
+        self._queue, self._worker = queue.Queue(), None
         self.stats = {"batches": 0, "requests": 0, "max_batch_seen": 0, "tokens": 0}
     @property
     def model(self):
@@ -242,39 +240,39 @@ class LocalEngine:
                            {"batch_size": B, "engine_latency_s": round(dt, 4)}) for o, f, p in zip(outs, finish, prompts)]
 
     async def generate(self, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
-        "Generate for one prompt; concurrent calls are batched together."
+        "Generate for one prompt; concurrent calls (from any event loop or thread) are batched together."
         self.check_prompt(prompt_ids, sampling)
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._worker is None or self._worker.done():
-            self._loop, self._queue = loop, asyncio.Queue()
-            self._worker = loop.create_task(self._batcher())
         fut = loop.create_future()
-        self._queue.put_nowait((list(prompt_ids), sampling, fut))
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._batch_loop, daemon=True, name="eagle3nb-batcher")
+                self._worker.start()
+        self._queue.put((list(prompt_ids), sampling, loop, fut))
         return await fut
 
-    async def _batcher(self):
-        loop = asyncio.get_running_loop()
+    def _batch_loop(self):
+        "Worker thread: gather queued requests for `batch_wait` seconds, run them as one batch, hand results back to each caller's loop."
+        def deliver(loop, fut, value, exc):
+            def _set():
+                if fut.done(): return
+                if exc is not None: fut.set_exception(exc)
+                else: fut.set_result(value)
+            try: loop.call_soon_threadsafe(_set)
+            except RuntimeError: pass   # the caller's loop is gone
         while True:
-            batch = [await self._queue.get()]
-            await asyncio.sleep(self.batch_wait)
-            while len(batch) < self.max_batch and not self._queue.empty(): batch.append(self._queue.get_nowait())
-            batch = [b for b in batch if not b[2].cancelled()]
-            if not batch: continue
-            try:
-                res = await loop.run_in_executor(self._pool, self.generate_batch, [b[0] for b in batch], [b[1] for b in batch])
-                for (_, _, fut), r in zip(batch, res):
-                    if not fut.done(): fut.set_result(r)
+            batch = [self._queue.get()]
+            time.sleep(self.batch_wait)
+            while len(batch) < self.max_batch:
+                try: batch.append(self._queue.get_nowait())
+                except queue.Empty: break
+            try: res = self.generate_batch([b[0] for b in batch], [b[1] for b in batch])
             except Exception as e:
-                for _, _, fut in batch:
-                    if not fut.done(): fut.set_exception(e)
+                for _, _, loop, fut in batch: deliver(loop, fut, None, e)
+            else:
+                for (_, _, loop, fut), r in zip(batch, res): deliver(loop, fut, r, None)
     async def start(self): return self.info()
-    async def aclose(self):
-        "Stop the batcher task."
-        if self._worker is not None and not self._worker.done():
-            self._worker.cancel()
-            try: await self._worker
-            except (asyncio.CancelledError, Exception): pass
-        self._worker = None
+    async def aclose(self): pass   # the batcher is a daemon thread, shared by every caller
 
 # %% ../nbs/03_engines.ipynb #d4c6ef61
 RETRY_STATUS = {408, 429}
