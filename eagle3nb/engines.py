@@ -150,6 +150,11 @@ def _eos_ids(path:Path, tokenizer) -> list:
     if not ids and getattr(tokenizer, "eos_token_id", None) is not None: ids = [tokenizer.eos_token_id]
     return [int(i) for i in ids]
 
+def _cache_kw(model) -> str:
+    "The forward() keyword for the KV cache: `cache` in newer transformers, `past_key_values` before."
+    import inspect
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
 def _sample_row(logits, s:Sampling, gen):
     "Pick one token id from a row of logits under `s`."
     import torch
@@ -172,10 +177,12 @@ class LocalEngine:
     def __init__(self, target, # a target name, model directory or `Target`
                  dtype:str="float32", device:str="cpu",
                  max_batch:int=16, # most requests run together
+                 max_batch_tokens:int=8192, # most padded prompt tokens in one batch (long prompts run in small batches)
                  batch_wait_ms:float=5, # how long the batcher waits for more requests
                 ):
         self.target = target if isinstance(target, Target) else load_target(target)
         self.dtype, self.device, self.max_batch, self.batch_wait = dtype, device, max_batch, batch_wait_ms / 1000
+        self.max_batch_tokens = max_batch_tokens
         cfg = self.target.config()
         self.vocab_size = int(cfg["vocab_size"])
         self.context_length = int(cfg.get("max_position_embeddings") or 4096)
@@ -217,10 +224,10 @@ class LocalEngine:
         stops = [set(self.eos_ids) | set(s.stop_token_ids) for s in samplings]
         limit = [min(s.max_new_tokens, self.context_length - len(p)) for s, p in zip(samplings, prompts)]
         outs, finish = [[] for _ in range(B)], [None] * B
-        cache = DynamicCache()
+        ckw = {_cache_kw(model): DynamicCache(), "use_cache": True}
         with torch.inference_mode():
             logits = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), position_ids=pos.to(self.device),
-                           past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+                           logits_to_keep=1, **ckw).logits[:, -1, :]
             while True:
                 nxt = []
                 for b in range(B):
@@ -232,7 +239,7 @@ class LocalEngine:
                 attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long)], 1)
                 pos = pos[:, -1:] + 1
                 logits = model(input_ids=torch.tensor(nxt)[:, None].to(self.device), attention_mask=attn.to(self.device),
-                               position_ids=pos.to(self.device), past_key_values=cache, use_cache=True).logits[:, -1, :]
+                               position_ids=pos.to(self.device), **ckw).logits[:, -1, :]
         dt = time.time() - t0
         self.stats["batches"] += 1; self.stats["requests"] += B; self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], B)
         self.stats["tokens"] += sum(map(len, outs))
@@ -260,21 +267,37 @@ class LocalEngine:
                 else: fut.set_result(value)
             try: loop.call_soon_threadsafe(_set)
             except RuntimeError: pass   # the caller's loop is gone
+        def drain():
+            while True:
+                try: pending.append(self._queue.get_nowait())
+                except queue.Empty: return
+        pending = []
         while True:
-            batch = [self._queue.get()]
-            time.sleep(self.batch_wait)
-            while len(batch) < self.max_batch:
-                try: batch.append(self._queue.get_nowait())
-                except queue.Empty: break
+            if not pending: pending.append(self._queue.get())
+            time.sleep(self.batch_wait); drain()
+            batch, rest = self.pick_batch(pending)
+            pending = rest
             try: res = self.generate_batch([b[0] for b in batch], [b[1] for b in batch])
             except Exception as e:
                 for _, _, loop, fut in batch: deliver(loop, fut, None, e)
             else:
                 for (_, _, loop, fut), r in zip(batch, res): deliver(loop, fut, r, None)
+
+    def pick_batch(self, pending:list):
+        "The oldest request plus the requests closest to it in length, within `max_batch` and `max_batch_tokens` padded tokens."
+        anchor, others = pending[0], pending[1:]
+        others = sorted(range(len(others)), key=lambda i: abs(len(others[i][0]) - len(anchor[0])))
+        batch, longest, taken = [anchor], len(anchor[0]), set()
+        for i in others:
+            item = pending[1 + i]
+            L = max(longest, len(item[0]))
+            if len(batch) >= self.max_batch or (len(batch) + 1) * L > self.max_batch_tokens: continue
+            batch.append(item); longest = L; taken.add(1 + i)
+        return batch, [p for j, p in enumerate(pending[1:], 1) if j not in taken]
     async def start(self): return self.info()
     async def aclose(self): pass   # the batcher is a daemon thread, shared by every caller
 
-# %% ../nbs/03_engines.ipynb #d4c6ef61
+# %% ../nbs/03_engines.ipynb #5b7845ca
 RETRY_STATUS = {408, 429}
 
 def _error_message(r) -> str:
