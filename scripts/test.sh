@@ -24,4 +24,4 @@ fi
 echo "== nbdev_test (default tier; add --flags slow for the slow tier) =="
 $V/nbdev_test --n_workers 2 ${NBDEV_TEST_FLAGS:+--flags "$NBDEV_TEST_FLAGS"}
 echo "== pytest tests/ =="
-$V/python -m pytest tests/ -q -rs
+$V/python -m pytest tests/ -q -rs -m "not vllm"
