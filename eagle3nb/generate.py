@@ -68,9 +68,13 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     done, failed, skipped = _ids_in(ok_p), _ids_in(fail_p), _ids_in(skip_p)
     if retry_failed and failed:
         _rewrite_without(fail_p, failed); failed = set()
-    items, seen, dup = [], set(), []
+    items, seen, dups, n_dup = [], set(), [], Counter()
     for it in work_items(prompts, n, sampling):
-        if it[0] in seen: dup.append(it); continue
+        if it[0] in seen:   # a repeated prompt id: its k-th repeat is skipped as `<id>#dup<k>`, once across reruns
+            n_dup[it[0]] += 1
+            dup_id = f"{it[0]}#dup{n_dup[it[0]]}"
+            if dup_id not in skipped: dups.append((dup_id, it))
+            continue
         seen.add(it[0])
         if it[0] not in done | failed | skipped: items.append(it)
     queue = asyncio.Queue()
@@ -78,8 +82,8 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     bar = tqdm(total=len(items), desc="generate", unit="req", disable=not progress)
     stats = {"tokens": 0, "new_ok": 0, "new_failed": 0, "new_skipped": 0}
     with JsonlWriter(ok_p) as ok_w, JsonlWriter(fail_p) as fail_w, JsonlWriter(skip_p) as skip_w:
-        for it in dup:
-            skip_w.write({"id": it[0] + f"#dup{len(seen)}", "prompt_id": it[1]["id"], "sample": it[2],
+        for dup_id, it in dups:
+            skip_w.write({"id": dup_id, "prompt_id": it[1]["id"], "sample": it[2],
                           "reason": "duplicate prompt id in the input"}); stats["new_skipped"] += 1
         async def worker(engine, info):
             while True:
