@@ -14,9 +14,9 @@ from .models import load_tokenizer
 from .prompts import render_prompt, normalize_row, Reject
 
 # %% auto #0
-__all__ = ['FAMILIES', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile', 'Problem', 'segment_output',
-           'loss_mask_from_segments', 'assistant_message', 'next_turn_prompt', 'check_record', 'validate',
-           'report_markdown']
+__all__ = ['FAMILIES', 'SEGMENT_COLORS', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile', 'Problem',
+           'segment_output', 'loss_mask_from_segments', 'assistant_message', 'next_turn_prompt', 'check_record',
+           'validate', 'report_markdown', 'plot_report', 'tokens_html', 'token_inspector']
 
 # %% ../nbs/06_validate.ipynb #6cdb27b0
 def token_id(tok, s:str) -> int|None:
@@ -432,3 +432,70 @@ def report_markdown(r:dict) -> str:
                 w = e["window"]
                 L.append("  `" + " ".join(("▶" if w['start'] + i == w['at'] else "") + repr(t)[1:-1] for i, t in enumerate(w["tokens"])) + "`")
     return "\n".join(L) + "\n"
+
+# %% ../nbs/06_validate.ipynb #2719d0d7
+SEGMENT_COLORS = {"prompt": "#eeeeee", "reasoning": "#dbe9ff", "answer": "#dff5df", "tool_call": "#ffe9c7",
+                  "end": "#f5c6f5", "header": "#e0e0e0", "problem": "#ff4d4d"}
+
+def plot_report(run):
+    "Bar chart of failed checks and histogram of output lengths, from `run/validate/report.json`."
+    import matplotlib.pyplot as plt
+    r = json.loads((Path(run)/"validate"/"report.json").read_text())
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
+    fc = r["failed_checks"] or {"(none)": 0}
+    a.barh(list(fc), list(fc.values()), color="#d9534f"); a.set_title(f"failed checks ({r['counts']['rejected']} rejected of {r['counts']['read']})")
+    buckets = list(r["output_length"]["accepted"]["buckets"])
+    xs = range(len(buckets))
+    b.bar([x - 0.2 for x in xs], [r["output_length"]["accepted"]["buckets"][k] for k in buckets], 0.4, label="accepted")
+    b.bar([x + 0.2 for x in xs], [r["output_length"]["rejected"]["buckets"][k] for k in buckets], 0.4, label="rejected")
+    b.set_xticks(list(xs)); b.set_xticklabels(buckets, rotation=45, fontsize=7); b.set_title("output length (tokens)"); b.legend()
+    fig.tight_layout()
+    return fig
+
+def tokens_html(tok, ids:list, segments:list, problems:list=(), offset:int=0) -> str:
+    "HTML of `ids` coloured by segment (`[kind, start, end)` over `ids`); `problems` positions are outlined (positions relative to `offset`)."
+    import html
+    kind_at = {}
+    for k, s, e in segments:
+        for t in range(s, e): kind_at[t] = k
+    bad = {offset + p["pos"]: p for p in problems if p.get("pos") is not None}
+    spans = []
+    for t, i in enumerate(ids):
+        k = kind_at.get(t, "answer")
+        text = html.escape(tok.decode([i])).replace("\n", "↵<br>") or "∅"
+        title = f"id {i} · position {t} · {k}" + (f" · {bad[t]['check']}: {bad[t]['detail']}" if t in bad else "")
+        border = f"outline:2px solid {SEGMENT_COLORS['problem']};" if t in bad else ""
+        spans.append(f'<span title="{html.escape(title)}" style="background:{SEGMENT_COLORS.get(k, "#fff")};{border}'
+                     f'border-right:1px solid #fff;font-family:monospace;white-space:pre-wrap">{text}</span>')
+    legend = " ".join(f'<span style="background:{c};padding:0 4px">{k}</span>' for k, c in SEGMENT_COLORS.items())
+    return f'<div style="line-height:1.8">{legend}<br>{"".join(spans)}</div>'
+
+def token_inspector(run, tok=None):
+    "An ipywidgets view of a validated run: pick accepted or rejected, step through samples, hover tokens for ids."
+    import ipywidgets as W
+    run = Path(run)
+    if tok is None: tok = load_tokenizer(json.loads((run/"validate"/"manifest.json").read_text())["config"]["target"])
+    acc = [o for _, o in JsonlReader(run/"validate"/"records.jsonl")]
+    rej = [o for _, o in JsonlReader(run/"validate"/"rejected.jsonl")]
+    gens = {o["id"]: o for _, o in JsonlReader(run/"generate"/"generations.jsonl")} if rej else {}
+    which = W.ToggleButtons(options=[f"accepted ({len(acc)})", f"rejected ({len(rej)})"])
+    idx = W.BoundedIntText(value=0, min=0, max=max(len(acc), len(rej), 1) - 1, description="sample")
+    prev, nxt, out = W.Button(description="◀"), W.Button(description="▶"), W.HTML()
+    def show(*_):
+        items = acc if which.index == 0 else rej
+        if not items: out.value = "<i>none</i>"; return
+        i = min(idx.value, len(items) - 1)
+        r = items[i]
+        if which.index == 0:
+            P = r["n_prompt"]
+            body = tokens_html(tok, r["input_ids"][P:], [[k, s - P, e - P] for k, s, e in r["segments"] if k != "prompt"])
+            head = f"<b>{r['id']}</b> · {len(r['input_ids']) - P} output tokens after {P} prompt tokens · finish {r['finish_reason']}"
+        else:
+            g = gens.get(r["id"], {})
+            body = tokens_html(tok, g.get("output_ids", []), [], r["problems"])
+            head = f"<b>{r['id']}</b> · " + "; ".join(f"<span style='color:#c00'>{p['check']}</span> @ {p['pos']}: {p['detail']}" for p in r["problems"])
+        out.value = f"{head}<br>{body}"
+    prev.on_click(lambda _: setattr(idx, "value", max(0, idx.value - 1)))
+    nxt.on_click(lambda _: setattr(idx, "value", min(idx.max, idx.value + 1)))
+    which.observe(show, "value"); idx.observe(show, "value"); show()
+    return W.VBox([W.HBox([which, prev, idx, nxt]), out])

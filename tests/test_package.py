@@ -13,9 +13,16 @@ def test_import_loads_no_model_and_starts_nothing(tmp_path):
     assert not (tmp_path/"cache").exists()            # nothing built or written at import
 
 def test_main_job_cli_on_embedded_default(tmp_path):
-    r = run([str(BIN/"eagle3nb"), "run", "--run", str(tmp_path/"run"), "--limit", "300"])
+    r = run([str(BIN/"eagle3nb"), "run", "--run", str(tmp_path/"run"), "--limit", "300", "--gen_limit", "4", "--max_new_tokens", "24"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "prompts: read 300" in r.stdout
+    g = json.loads((tmp_path/"run/generate/manifest.json").read_text())["counts"]
+    assert (g["items"], g["success"] + g["failed"] + g["skipped"]) == (4, 4) and g["success"] == 4
+    assert g["this_run"]["new_ok"] == 4
+    v = json.loads((tmp_path/"run/validate/manifest.json").read_text())
+    assert v["config"]["family"] == "chatml" and v["counts"]["read"] == 4
+    assert v["counts"]["accepted"] + v["counts"]["rejected"] == 4
+    assert (tmp_path/"run/validate/report.md").read_text().startswith("# Validation report (chatml)")
     m = json.loads((tmp_path/"run/prompts/manifest.json").read_text())
     c = m["counts"]
     assert c["read"] == 300 and c["accepted"] + c["rejected"] == 300 and c["accepted"] > 250
