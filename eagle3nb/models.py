@@ -141,7 +141,10 @@ class KimiTokenizer:
         ranks = load_tiktoken_bpe(str(d/"tiktoken.model"))
         cfg = json.loads((d/"tokenizer_config.json").read_text())
         n = len(ranks)
-        named = {int(k): v["content"] for k, v in cfg.get("added_tokens_decoder", {}).items()}
+        dec = cfg.get("added_tokens_decoder", {})
+        named = {int(k): v["content"] for k, v in dec.items()}
+        # `skip_special_tokens` drops only tokens flagged special (Kimi's </think> and tool markers are not), and the unnamed reserved ids
+        self._skip_ids = {i for i in range(n, n + self.n_special) if i not in named or dec[str(i)].get("special", True)}
         self.special_tokens = {named.get(i, f"<|reserved_token_{i}|>"): i for i in range(n, n + self.n_special)}
         self.enc = tiktoken.Encoding(name=d.name, pat_str=KIMI_PAT_STR, mergeable_ranks=ranks,
                                      special_tokens=self.special_tokens)
@@ -166,7 +169,7 @@ class KimiTokenizer:
             for piece in _split_runs(part): ids.extend(self.enc.encode_ordinary(piece))
         return ids
     def decode(self, ids, skip_special_tokens:bool=False) -> str:
-        if skip_special_tokens: ids = [i for i in ids if i not in self._id2special]
+        if skip_special_tokens: ids = [i for i in ids if i not in self._skip_ids]
         return self.enc.decode(list(ids))
     def convert_tokens_to_ids(self, tok):
         if isinstance(tok, list): return [self.convert_tokens_to_ids(t) for t in tok]

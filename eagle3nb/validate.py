@@ -88,6 +88,10 @@ def _gen_suffixes(tok) -> list:
         k = 0
         while k < min(len(with_gp), len(without)) and with_gp[k] == without[k]: k += 1
         suf = with_gp[k:]
+        if not suf:   # templates that open the assistant turn after every user message (DeepSeek-R1-0528)
+            h = list(tok.encode("Hello", add_special_tokens=False))
+            at = max((i for i in range(len(with_gp) - len(h) + 1) if with_gp[i:i + len(h)] == h), default=None)
+            suf = with_gp[at + len(h):] if at is not None else []
         if suf and suf not in out: out.append(suf)
     return out
 

@@ -34,6 +34,9 @@ def test_kimi_specials_from_added_tokens_decoder(kimi):
                                        "<|tool_calls_section_end|>", "[PAD]"]) == \
         [163584, 163585, 163586, 163587, 163588, 163594, 163601, 163606, 163607, 163595, 163597, 163598, 163599, 163596, 163839]
     assert kimi.convert_ids_to_tokens(163700) == "<|reserved_token_163700|>"
+    # skip_special_tokens drops what the config flags special; </think> and the tool markers are not special
+    ids = [163587, 163607, 163595, 163586, 163700] + kimi.encode("hi")
+    assert kimi.decode(ids, skip_special_tokens=True) == "</think><|tool_calls_section_begin|>hi"
 
 def test_kimi_generation_prompt(kimi):
     ids = render_prompt(kimi, MSGS)                       # thinking is the K2.5 default

@@ -1,0 +1,113 @@
+"Token-boundary validation on the real Qwen3 and Kimi-K2.5 tokenizers (../shared/tokenizers)."
+import json, shutil
+from pathlib import Path
+import pytest
+from eagle3nb.core import JsonlWriter, read_jsonl
+from eagle3nb.models import load_tokenizer
+from eagle3nb.prompts import render_prompt, prepare
+from eagle3nb.validate import derive_profile, segment_output, validate, next_turn_prompt, check_record
+
+@pytest.fixture(scope="module")
+def kimi(shared_tokenizers, tmp_path_factory):
+    d = tmp_path_factory.mktemp("kimi")
+    for f in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
+    return d
+
+@pytest.fixture(scope="module")
+def qwen(shared_tokenizers): return shared_tokenizers/"qwen3"
+
+def test_kimi_profile_from_the_tokenizer(kimi):
+    tok = load_tokenizer(kimi); p = derive_profile(tok)
+    assert (p.family, p.think_open, p.think_close, p.tool_open, p.tool_close) == ("kimi", 163606, 163607, 163595, 163596)
+    assert p.tool_inner == [163597, 163598, 163599] and p.end_ids == [163586, 163585]
+    assert {163587, 163588, 163594, 163584, 163839} <= set(p.forbidden_ids)
+    assert [163588, tok.encode("assistant")[0], 163601, 163606] in p.generation_prompts        # K2.5 pre-opens <think>
+    assert [163588, tok.encode("assistant")[0], 163601, 163606, 163607] in p.generation_prompts # thinking off
+
+def _kimi_sample(tok, reasoning="Need the tool.", calls=(("get_weather", '{"city": "Paris"}'),), answer="", end=(163586,)):
+    e = lambda s: tok.encode(s)
+    out = e(reasoning) + [163607] + e(answer)
+    if calls:
+        out += [163595]
+        for i, (name, args) in enumerate(calls): out += [163597] + e(f"functions.{name}:{i}") + [163598] + e(args) + [163599]
+        out += [163596]
+    return out + list(end)
+
+def test_kimi_checks(kimi):
+    tok = load_tokenizer(kimi); p = derive_profile(tok)
+    P = render_prompt(tok, [{"role": "user", "content": "Weather in Paris?"}])
+    stop = {"type": "stop"}
+    def checks(out, finish=stop, prompt=P): return sorted({x.check for x in segment_output(p, prompt, out, finish, tok)[1]})
+    good = _kimi_sample(tok)
+    segs, probs = segment_output(p, P, good, stop, tok)
+    assert probs == [] and [s[0] for s in segs] == ["reasoning", "tool_call", "end"]
+    assert checks(good + [163585]) == []                                       # <|im_end|> then [EOS]
+    assert checks(_kimi_sample(tok, calls=(("a", "{}"), ("b", "{}")), answer="Checking.")) == []
+    bad_order = good[:]; i = bad_order.index(163598); bad_order[i] = 163599  # argument marker replaced by call end
+    assert checks(bad_order) == ["tool_calls"]
+    assert checks([t for t in good if t != 163596]) == ["tool_calls"]         # section never closed
+    assert checks([163606] + good) == ["reasoning"]                            # <think> again: the prompt opened it
+    assert checks(tok.encode("x") + [163586]) == ["reasoning"]                 # reasoning never closed
+    assert checks(tok.encode("r") + [163607] + tok.encode("a") + [163586, 163587] + tok.encode("user")) == ["end", "turn_start"]
+    assert checks(good[:5], {"type": "length"}) == ["truncated"]
+    leak = [163588] + tok.encode("assistant") + [163601, 163606] + good        # a leaked prompt tail
+    assert checks(leak) == ["reasoning", "turn_start"]
+
+def test_qwen3_prompt_checks(qwen, tmp_path):
+    tok = load_tokenizer(qwen); p = derive_profile(tok)
+    msgs = [{"role": "user", "content": "Hi"}]
+    P = render_prompt(tok, msgs, thinking=True)
+    out = [151667] + tok.encode("\nhm\n", add_special_tokens=False) + [151668] + tok.encode("\n\nHello!", add_special_tokens=False) + [151645]
+    prompt_rec = {"id": "a", "messages": msgs, "options": {"thinking": True}}
+    rec = {"id": "a", "prompt_ids": P, "output_ids": out, "finish_reason": {"type": "stop", "matched": 151645}, "usage": {"completion_tokens": len(out)}}
+    assert check_record(tok, p, rec, prompt_rec)[1] == []
+    wrong = {**rec, "prompt_ids": render_prompt(tok, [{"role": "system", "content": "Be brief."}] + msgs, thinking=True)}  # not what the record says
+    assert [x.check for x in check_record(tok, p, wrong, prompt_rec)[1]] == ["prompt_rerender"]
+    cut = {**rec, "prompt_ids": P[:-1]}                                           # wrong generation-prompt suffix
+    assert {x.check for x in check_record(tok, p, cut, prompt_rec)[1]} == {"prompt_rerender", "generation_prompt"}
+    miscount = {**rec, "usage": {"completion_tokens": len(out) + 2}}
+    assert [x.check for x in check_record(tok, p, miscount, prompt_rec)[1]] == ["count"]
+    oov = {**rec, "output_ids": out[:-1] + [10**7, 151645], "usage": {"completion_tokens": len(out) + 1}}
+    assert [x.check for x in check_record(tok, p, oov, prompt_rec)[1]] == ["vocab"]
+
+def test_kimi_multiturn_history_is_token_exact(kimi, tmp_path):
+    "Turn 1's prompt equals what the template renders from turn 0's segments; Kimi keeps <think></think> for the earlier turn."
+    tok = load_tokenizer(kimi); p = derive_profile(tok)
+    row = {"id": "k", "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+                                   {"role": "user", "content": "times 3?"}]}
+    (tmp_path/"in.jsonl").write_text(json.dumps(row) + "\n")
+    prepare(tmp_path/"in.jsonl", kimi, tmp_path, progress=False)
+    prec = read_jsonl(tmp_path/"prompts/prompts.jsonl")[0]
+    out = tok.encode("Add two and two.") + [163607] + tok.encode("It is 4.") + [163586]
+    with JsonlWriter(tmp_path/"generate/generations.jsonl") as w:
+        w.write({"id": prec["id"], "prompt_id": prec["id"], "prompt_ids": prec["prompt_ids"], "output_ids": out,
+                 "finish_reason": {"type": "stop", "matched": 163586}, "usage": {"completion_tokens": len(out)}})
+    m = validate(tmp_path, progress=False)
+    assert (m["counts"]["accepted"], m["counts"]["next_turn_prompts"]) == (1, 1)
+    nxt = read_jsonl(tmp_path/"validate/next_prompts.jsonl")[0]
+    want = render_prompt(tok, [{"role": "user", "content": "2+2?"},
+                               {"role": "assistant", "content": "It is 4.", "reasoning_content": "Add two and two."},
+                               {"role": "user", "content": "times 3?"}])
+    assert nxt["id"] == "k-t1" and nxt["turn"] == 1 and nxt["prompt_ids"] == want
+    text = tok.decode(nxt["prompt_ids"])
+    assert "<|im_assistant|>assistant<|im_middle|><think></think>It is 4.<|im_end|>" in text and "Add two" not in text
+    rec = read_jsonl(tmp_path/"validate/records.jsonl")[0]
+    assert [s[0] for s in rec["segments"]] == ["prompt", "reasoning", "answer", "end"]
+    assert rec["loss_mask"] == [0] * len(prec["prompt_ids"]) + [1] * len(out)
+
+def test_qwen3_tool_call_history(qwen, tmp_path):
+    "A Qwen3 tool call's segments become tool_calls in the next turn's history, rendered by the template."
+    tok = load_tokenizer(qwen); p = derive_profile(tok)
+    e = lambda s: tok.encode(s, add_special_tokens=False)
+    out = [151667] + e("\nUse the tool.\n") + [151668] + e("\n\n") + [151657] + e('\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n') + [151658, 151645]
+    msgs = [{"role": "user", "content": "Weather?"}]
+    row = {"id": "w", "messages": msgs + [{"role": "assistant", "content": "x"}, {"role": "tool", "content": "{\"temp\": 21}"},
+                                           {"role": "user", "content": "Thanks, and tomorrow?"}]}
+    prec = {"id": "w-t0", "turn": 0, "messages": msgs, "tools": None, "options": {"thinking": True},
+            "source": {"row": row, "assistant_index": 1}}
+    segs, probs = segment_output(p, render_prompt(tok, msgs, thinking=True), out, {"type": "stop"}, tok)
+    assert probs == []
+    nxt = next_turn_prompt(tok, p, prec, {"id": "w-t0", "output_ids": out}, segs)
+    text = tok.decode(nxt.prompt_ids)
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert "<tool_response>\n{\"temp\": 21}\n</tool_response>" in text and text.endswith("<|im_start|>assistant\n")
