@@ -437,7 +437,7 @@ def report_markdown(r:dict) -> str:
                 L.append("  `" + " ".join(("▶" if w['start'] + i == w['at'] else "") + repr(t)[1:-1] for i, t in enumerate(w["tokens"])) + "`")
     return "\n".join(L) + "\n"
 
-# %% ../nbs/06_validate.ipynb #2719d0d7
+# %% ../nbs/06_validate.ipynb #c0236216
 SEGMENT_COLORS = {"prompt": "#eeeeee", "reasoning": "#dbe9ff", "answer": "#dff5df", "tool_call": "#ffe9c7",
                   "end": "#f5c6f5", "header": "#e0e0e0", "problem": "#ff4d4d"}
 

@@ -111,3 +111,34 @@ def test_qwen3_tool_call_history(qwen, tmp_path):
     text = tok.decode(nxt.prompt_ids)
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
     assert "<tool_response>\n{\"temp\": 21}\n</tool_response>" in text and text.endswith("<|im_start|>assistant\n")
+
+def test_validate_cli_on_synthetic_qwen3_set(qwen, tmp_path):
+    "`eagle3nb validate` on a synthetic Qwen3 reasoning/tool-call set: records, rejects, report, SpecForge rows."
+    import subprocess, sys
+    from conftest import BIN
+    tok = load_tokenizer(qwen)
+    e = lambda s: tok.encode(s, add_special_tokens=False)
+    rows = [{"id": f"s{i}", "messages": [{"role": "user", "content": q}]} for i, q in enumerate(["2+2?", "Weather in Oslo?", "Hi"])]
+    (tmp_path/"in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert subprocess.run([str(BIN/"eagle3nb"), "prepare", str(tmp_path/"in.jsonl"), "--target", str(qwen), "--run", str(tmp_path),
+                           "--thinking", "on"], capture_output=True).returncode == 0
+    P = {r["id"]: r for r in read_jsonl(tmp_path/"prompts/prompts.jsonl")}
+    outs = {"s0-t0": [151667] + e("\nadd\n") + [151668] + e("\n\n4") + [151645],
+            "s1-t0": [151667] + e("\ntool\n") + [151668] + e("\n\n") + [151657] + e('\n{"name": "w", "arguments": {"city": "Oslo"}}\n') + [151658, 151645],
+            "s2-t0": [151667] + e("\ngreet\n") + [151668] + e("\n\nHello") + [151658, 151645]}   # a stray </tool_call>
+    with JsonlWriter(tmp_path/"generate/generations.jsonl") as w:
+        for k, o in outs.items():
+            w.write({"id": k, "prompt_id": k, "prompt_ids": P[k]["prompt_ids"], "output_ids": o,
+                     "finish_reason": {"type": "stop", "matched": 151645}, "usage": {"completion_tokens": len(o)}})
+    r = subprocess.run([str(BIN/"eagle3nb"), "validate", "--run", str(tmp_path), "--mask_reasoning"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "validate (qwen3): read 3, accepted 2, rejected 1 (failed checks: tool_calls 1)" in r.stdout
+    recs = {x["id"]: x for x in read_jsonl(tmp_path/"validate/records.jsonl")}
+    r1 = recs["s1-t0"]
+    reasoning = [s for s in r1["segments"] if s[0] == "reasoning"][0]
+    assert all(r1["loss_mask"][t] == 0 for t in range(reasoning[1], reasoning[2]))       # --mask_reasoning
+    assert sum(r1["loss_mask"]) == len(outs["s1-t0"]) - (reasoning[2] - reasoning[1])
+    assert len(read_jsonl(tmp_path/"validate/specforge.jsonl")) == 2
+    rep = json.loads((tmp_path/"validate/report.json").read_text())
+    assert rep["failed_checks"] == {"tool_calls": 1} and rep["checked"]["prompt_rerender"] == 3
+    assert "tool-call close with no open" in (tmp_path/"validate/report.md").read_text()
