@@ -432,7 +432,7 @@ def _build(tok, fam:str, kind:str, rng, pool:dict) -> tuple:
     if kind not in _TRUNCATED: return msgs, tools, ids, {"type": "stop", "matched": o.m["eot"]}
     a, b = o.span(_TRUNCATED[kind][1])
     cut = None
-    if kind == "truncated_tool_call":                               # cut inside the first call's JSON
+    if kind == "truncated_tool_call":                               # cut inside the first call (Qwen3: its JSON)
         a, b = [(x, y) for n, x, y in o.regions if n == "tool" and y - x > 3][0]
     if kind == "truncated_mid_char":                                # cut inside a multi-token character
         cut = next((i for i in range(a + 1, b) if tok.decode(ids[a:i]).endswith("\ufffd")), None)
