@@ -190,6 +190,7 @@ COMMANDS = {"run": run_cmd, "prepare": prepare_cmd, "generate": generate_cmd, "v
 
 def main():
     "Entry point of the `eagle3nb` command."
+    if len(sys.argv) > 1 and sys.argv[1] == "--": sys.argv.pop(1)   # `torchrun ... $(which eagle3nb) -- capture --run DIR`
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help") or sys.argv[1] not in COMMANDS:
         print("usage: eagle3nb {" + ",".join(COMMANDS) + "} [options]   (eagle3nb COMMAND --help for options)")
         for k, f in COMMANDS.items(): print(f"  {k:10s} {f.__doc__}")
