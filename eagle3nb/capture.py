@@ -37,6 +37,7 @@ def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
     B, T = len(batch_ids), max(len(x) for x in batch_ids)
     ids = torch.zeros((B, T), dtype=torch.long); mask = torch.zeros((B, T), dtype=torch.long)
     for b, x in enumerate(batch_ids): ids[b, :len(x)] = torch.tensor(x); mask[b, :len(x)] = 1
+    if device == "auto": device = base_model(model).get_input_embeddings().weight.device
     caught, hooks = {}, []
     layers = decoder_layers(model)
     for li in aux_layers:
@@ -48,7 +49,7 @@ def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
             out = base_model(model)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
     finally:
         for h in hooks: h.remove()
-    aux = torch.cat([caught[li] for li in aux_layers], dim=-1)
+    aux = torch.cat([caught[li].to(out.last_hidden_state.device) for li in aux_layers], dim=-1)
     return aux, out.last_hidden_state, [len(x) for x in batch_ids]
 
 # %% ../nbs/07_capture.ipynb #53d1d213
@@ -143,7 +144,7 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             max_tokens:int|None=None, # skip longer records (default: the model's context length)
             batch_tokens:int=8192, # padded tokens per forward pass
             shard_tokens:int=1 << 16, # tokens per shard file
-            model_dtype:str="float32", device:str|None=None,
+            model_dtype:str="float32", device:str|None=None, # default: this rank's GPU, else CPU; "auto" spreads one model over all GPUs
             records=None, # read records from here instead of run/validate/records.jsonl
             progress:bool=True) -> dict|None:
     "Capture aux and final hidden states of every validated record; return the manifest (on rank 0)."

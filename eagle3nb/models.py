@@ -207,12 +207,14 @@ class Target:
     path: Path
     tokenizer: object = field(repr=False)
     def config(self) -> dict: return json.loads((self.path/"config.json").read_text())
-    def load_model(self, dtype="float32", device="cpu"):
+    def load_model(self, dtype="float32", device="cpu" # a device, or "auto" to spread a model too large for one GPU (accelerate's device_map)
+                  ):
         "Load the weights (never at import, never from a hub)."
         import torch
         from transformers import AutoModelForCausalLM
-        m = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype), local_files_only=True)
-        return m.to(device).eval()
+        kw = {"device_map": "auto"} if device == "auto" else {}
+        m = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype), local_files_only=True, **kw)
+        return (m if device == "auto" else m.to(device)).eval()
 
 def load_target(name_or_path) -> Target:
     "Resolve a built-in name or a local model directory to a `Target` (never touches the network)."

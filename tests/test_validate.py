@@ -142,3 +142,21 @@ def test_validate_cli_on_synthetic_qwen3_set(qwen, tmp_path):
     rep = json.loads((tmp_path/"validate/report.json").read_text())
     assert rep["failed_checks"] == {"tool_calls": 1} and rep["checked"]["prompt_rerender"] == 3
     assert "tool-call close with no open" in (tmp_path/"validate/report.md").read_text()
+
+def test_qwen3_thinking_2507_style_prompt_preopens_reasoning(qwen, tmp_path):
+    "A Qwen3-*-Thinking-2507 style template puts `<think>\\n` into the generation prompt: outputs hold only `</think>`."
+    d = tmp_path/"thinking2507"; shutil.copytree(qwen, d)
+    cfg = json.loads((d/"tokenizer_config.json").read_text())
+    old = "{{- '<|im_start|>assistant\\n' }}"
+    assert old in cfg["chat_template"]
+    cfg["chat_template"] = cfg["chat_template"].replace(old, "{{- '<|im_start|>assistant\\n<think>\\n' }}")
+    (d/"tokenizer_config.json").write_text(json.dumps(cfg))
+    (d/"chat_template.jinja").unlink()
+    tok = load_tokenizer(d); p = derive_profile(tok)
+    assert any(tok.decode(g).endswith("<|im_start|>assistant\n<think>\n") for g in p.generation_prompts)
+    P = render_prompt(tok, [{"role": "user", "content": "2+2?"}])
+    e = lambda s: tok.encode(s, add_special_tokens=False)
+    out = e("Add.\n") + [151668] + e("\n\n4") + [151645]
+    segs, probs = segment_output(p, P, out, {"type": "stop"}, tok)
+    assert probs == [] and [s[0] for s in segs] == ["reasoning", "answer", "end"]
+    assert sorted({x.check for x in segment_output(p, P, [151667] + out, {"type": "stop"}, tok)[1]}) == ["reasoning"]
