@@ -66,6 +66,7 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  seed:Param("base seed; sample k uses seed+k", int)=None,
                  n:Param("samples per prompt", int)=1,
                  concurrency:Param("requests in flight per server", int)=16,
+                 batch_size:Param("prompts per request where the engine takes batches (SGLang)", int)=1,
                  retry_failed:Param("retry the failures of earlier runs", store_true)=False,
                  limit:Param("only the first N prompts", int)=None,
                  timeout:Param("seconds per request", float)=600,
@@ -78,7 +79,8 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  stop_token_ids=_ids(stop_token_ids), seed=seed)
     if engine == "local": engines = [make_engine("local", target=target)]
     else: engines = [make_engine(engine, u, timeout=timeout, max_retries=max_retries) for u in (url or [None])]
-    m = generate(run, engines, s, n=n, concurrency=concurrency, retry_failed=retry_failed, limit=limit, prompts_path=prompts)
+    m = generate(run, engines, s, n=n, concurrency=concurrency, retry_failed=retry_failed, limit=limit, prompts_path=prompts,
+                 batch_size=batch_size)
     print(_gen_summary(m)); print(f"wrote {Path(run)/'generate'}")
 
 @call_parse

@@ -378,10 +378,11 @@ class SGLangEngine(HTTPEngine):
         g = check_sglang(resp, prompt_ids)
         g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
         return g
-    async def generate_many(self, prompts:list, sampling:Sampling, rids:list|None=None) -> list:
-        "One batched `/generate` request (a list of `input_ids`); answers come back in input order."
+    async def generate_many(self, prompts:list, sampling, rids:list|None=None) -> list:
+        "One batched `/generate` request (a list of `input_ids`; `sampling` one or one per prompt); answers in input order, a `PermanentError` in place of a bad one."
         t0 = time.time()
-        body = {"input_ids": [list(p) for p in prompts], "sampling_params": sampling.to_sglang(), "stream": False}
+        sp = [s.to_sglang() for s in sampling] if isinstance(sampling, (list, tuple)) else sampling.to_sglang()
+        body = {"input_ids": [list(p) for p in prompts], "sampling_params": sp, "stream": False}
         if rids is not None: body["rid"] = list(rids)
         resp, attempts = await self._request("POST", "/generate", body)
         if not isinstance(resp, list) or len(resp) != len(prompts):

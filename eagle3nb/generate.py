@@ -51,6 +51,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                          prompts_path=None, # read prompts from here instead of `run/prompts/prompts.jsonl`
                          progress:bool=True,
                          max_prompt_tokens:int|None=None, # skip longer prompts (default: the smallest engine context minus 1)
+                         batch_size:int=1, # prompts per request where the engine takes batches (SGLang: a list of input_ids)
                         ) -> dict:
     "Generate for every prompt of a run that has no result yet; return the manifest."
     t0 = time.time()
@@ -85,33 +86,55 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
         for dup_id, it in dups:
             skip_w.write({"id": dup_id, "prompt_id": it[1]["id"], "sample": it[2],
                           "reason": "duplicate prompt id in the input"}); stats["new_skipped"] += 1
+        def finish(it, engine_info, result, latency):
+            "Write one item's outcome: a `Generation` or an exception."
+            gid, rec, k, s = it
+            base = {"id": gid, "prompt_id": rec["id"], "sample": k}
+            where = {"kind": engine_info["kind"], "url": engine_info.get("url")}
+            if isinstance(result, EngineError):
+                fail_w.write({**base, "reason": result.message, "transient": result.transient, "status": result.status, "engine": where})
+                stats["new_failed"] += 1
+            elif isinstance(result, Exception):   # a bug or an unexpected answer: a failure with its reason, never lost
+                fail_w.write({**base, "reason": f"{type(result).__name__}: {result}", "transient": False, "status": None, "engine": where})
+                stats["new_failed"] += 1
+            else:
+                ok_w.write({**base, "prompt_ids": rec["prompt_ids"], "output_ids": result.output_ids, "finish_reason": result.finish_reason,
+                            "sampling": asdict(s), "engine": {k2: engine_info.get(k2) for k2 in ("kind", "url", "version", "model")},
+                            "usage": result.usage, "timings": {"latency_s": round(latency, 4)}, "meta": result.meta})
+                stats["tokens"] += len(result.output_ids); stats["new_ok"] += 1
+            bar.update(1)
+            el = time.time() - t0
+            bar.set_postfix(tok_s=f"{stats['tokens'] / el:.0f}" if el else "-", failed=stats["new_failed"], refresh=False)
+
         async def worker(engine, info):
+            many = batch_size > 1 and hasattr(engine, "generate_many")
             while True:
-                try: gid, rec, k, s = queue.get_nowait()
-                except asyncio.QueueEmpty: return
-                base = {"id": gid, "prompt_id": rec["id"], "sample": k}
-                pids = rec["prompt_ids"]
-                if max_prompt_tokens and len(pids) > max_prompt_tokens:
-                    skip_w.write({**base, "reason": f"prompt has {len(pids)} tokens > {max_prompt_tokens} (engine context)"})
-                    stats["new_skipped"] += 1; bar.update(1); continue
+                batch = []
+                while len(batch) < (batch_size if many else 1):
+                    try: it = queue.get_nowait()
+                    except asyncio.QueueEmpty: break
+                    n_ids = len(it[1]["prompt_ids"])
+                    if max_prompt_tokens and n_ids > max_prompt_tokens:
+                        skip_w.write({"id": it[0], "prompt_id": it[1]["id"], "sample": it[2],
+                                      "reason": f"prompt has {n_ids} tokens > {max_prompt_tokens} (engine context)"})
+                        stats["new_skipped"] += 1; bar.update(1); continue
+                    batch.append(it)
+                if not batch: return
                 t1 = time.time()
-                try: g = await engine.generate(pids, s, gid)
-                except EngineError as e:
-                    fail_w.write({**base, "reason": e.message, "transient": e.transient, "status": e.status,
-                                  "engine": {"kind": info["kind"], "url": info.get("url")}})
-                    stats["new_failed"] += 1
-                except Exception as e:   # a bug or an unexpected answer: a failure with its reason, never lost
-                    fail_w.write({**base, "reason": f"{type(e).__name__}: {e}", "transient": False, "status": None,
-                                  "engine": {"kind": info["kind"], "url": info.get("url")}})
-                    stats["new_failed"] += 1
+                if many:   # one request carrying a list of input_ids (SGLang); answers in input order
+                    try: results = await engine.generate_many([it[1]["prompt_ids"] for it in batch], [it[3] for it in batch], [it[0] for it in batch])
+                    except EngineError as e:
+                        if e.transient or len(batch) == 1: results = [e] * len(batch)
+                        else:   # a 400 for the whole batch: send its prompts one by one so only the bad one fails
+                            results = []
+                            for gid, rec, k, sm in batch:
+                                try: results.append(await engine.generate(rec["prompt_ids"], sm, gid))
+                                except Exception as e1: results.append(e1)
+                    except Exception as e: results = [e] * len(batch)
                 else:
-                    ok_w.write({**base, "prompt_ids": pids, "output_ids": g.output_ids, "finish_reason": g.finish_reason,
-                                "sampling": asdict(s), "engine": {k2: info.get(k2) for k2 in ("kind", "url", "version", "model")},
-                                "usage": g.usage, "timings": {"latency_s": round(time.time() - t1, 4)}, "meta": g.meta})
-                    stats["tokens"] += len(g.output_ids); stats["new_ok"] += 1
-                bar.update(1)
-                el = time.time() - t0
-                bar.set_postfix(tok_s=f"{stats['tokens'] / el:.0f}" if el else "-", failed=stats["new_failed"], refresh=False)
+                    try: results = [await engine.generate(batch[0][1]["prompt_ids"], batch[0][3], batch[0][0])]
+                    except Exception as e: results = [e]
+                for it, r in zip(batch, results): finish(it, info, r, time.time() - t1)
         await asyncio.gather(*[worker(e, i) for e, i in zip(engines, infos) for _ in range(concurrency)])
     bar.close()
     dt = time.time() - t0
@@ -123,7 +146,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     if n_ok + n_fail + n_skip != n_items:
         raise RuntimeError(f"accounting error in {out}: success {n_ok} + failed {n_fail} + skipped {n_skip} != items {n_items}")
     return write_manifest(out, "generate",
-        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n, "concurrency": concurrency, "limit": limit,
+        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n, "concurrency": concurrency, "batch_size": batch_size, "limit": limit,
                 "engines": infos, "max_prompt_tokens": max_prompt_tokens},
         counts=counts, timings={"seconds": round(dt, 3), "new_tokens_per_s": round(stats["tokens"] / dt, 1) if dt else None},
         summary=summarize(ok_recs))
