@@ -345,6 +345,15 @@ class HTTPEngine:
                     raise TransientError(f"gave up after {attempt} attempts: {msg}", getattr(e, "status", None)) from None
                 delay = random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
                 await asyncio.sleep(delay)
+    async def wait_ready(self, path:str, wait_s:float=600):
+        "Poll `path` until it answers 200 (the server is up and can generate), for at most `wait_s` seconds."
+        t0 = time.time()
+        while True:
+            try: r = await self.client.get(path)
+            except Exception as e: r = e
+            if getattr(r, "status_code", None) == 200: return
+            if time.time() - t0 > wait_s: raise TransientError(f"{self.url}{path} not ready after {wait_s:.0f} s: {_snippet(str(r))}")
+            await asyncio.sleep(1)
     async def aclose(self): await self.client.aclose()
     def info(self) -> dict:
         return {"kind": self.kind, "url": self.url, "version": self.server.get("version"), "model": self.server.get("model"),
@@ -354,14 +363,8 @@ class SGLangEngine(HTTPEngine):
     "SGLang's native `/generate` with `input_ids`: token ids in, `output_ids` out."
     kind = "sglang"
     async def start(self, wait_s:float=600) -> dict:
-        "Read `/get_server_info` and `/get_model_info`, then wait until `/health_generate` answers."
-        t0 = time.time()
-        while True:
-            try: r = await self.client.get("/health_generate")
-            except Exception as e: r = e
-            if getattr(r, "status_code", None) == 200: break
-            if time.time() - t0 > wait_s: raise TransientError(f"{self.url}/health_generate not ready after {wait_s:.0f} s: {_snippet(str(r))}")
-            await asyncio.sleep(1)
+        "Wait until `/health_generate` answers, then read `/get_server_info` and `/get_model_info`."
+        await self.wait_ready("/health_generate", wait_s)
         si, _ = await self._request("GET", "/get_server_info")
         mi, _ = await self._request("GET", "/get_model_info")
         self.server = {"version": si.get("version"), "context_length": si.get("context_length"),
@@ -400,13 +403,7 @@ class VLLMEngine(HTTPEngine):
     kind = "vllm"
     async def start(self, wait_s:float=600) -> dict:
         "Wait for `/health`, then read the served model name (`/v1/models`) and `/version`."
-        t0 = time.time()
-        while True:
-            try: r = await self.client.get("/health")
-            except Exception as e: r = e
-            if getattr(r, "status_code", None) == 200: break
-            if time.time() - t0 > wait_s: raise TransientError(f"{self.url}/health not ready after {wait_s:.0f} s: {_snippet(str(r))}")
-            await asyncio.sleep(1)
+        await self.wait_ready("/health", wait_s)
         models, _ = await self._request("GET", "/v1/models")
         m = models["data"][0]
         try: version = (await self._request("GET", "/version"))[0].get("version")
