@@ -295,6 +295,8 @@ def next_turn_prompt(tok, prof:TokenProfile, prompt_rec:dict, gen_rec:dict, segm
     msgs, j, follow = conv.messages, k + 1, []
     while j < len(msgs) and msgs[j]["role"] != "assistant": follow.append(msgs[j]); j += 1
     if not any(m["role"] == "user" for m in follow): return None
+    if any(k == "tool_call" for k, _, _ in segments) and not (prof.tool_json_body or prof.family == "kimi"):
+        return None   # this family's tool calls are not yet turned back into messages: no history rather than a wrong one
     turn = int(prompt_rec.get("turn", 0)) + 1
     history = list(prompt_rec["messages"]) + [assistant_message(tok, prof, gen_rec["output_ids"], segments)] + follow
     thinking = (prompt_rec.get("options") or {}).get("thinking")
