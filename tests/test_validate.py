@@ -160,3 +160,17 @@ def test_qwen3_thinking_2507_style_prompt_preopens_reasoning(qwen, tmp_path):
     segs, probs = segment_output(p, P, out, {"type": "stop"}, tok)
     assert probs == [] and [s[0] for s in segs] == ["reasoning", "answer", "end"]
     assert sorted({x.check for x in segment_output(p, P, [151667] + out, {"type": "stop"}, tok)[1]}) == ["reasoning"]
+
+def test_kimi_k2_thinking_template_model_opens_reasoning(shared_tokenizers, tmp_path):
+    "Kimi K2-Thinking's template ends the prompt at <|im_middle|>: the model writes <think> itself, and must close it once."
+    d = tmp_path/"k2t"; d.mkdir()
+    for f in ("tiktoken.model", "tokenizer_config.json"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
+    shutil.copy(shared_tokenizers/"kimi-k2"/"chat_template.k2-thinking.llamacpp.jinja", d/"chat_template.jinja")
+    tok = load_tokenizer(d); p = derive_profile(tok)
+    P = render_prompt(tok, [{"role": "user", "content": "2+2?"}])
+    assert P[-1] == 163601 and tok.decode(P).endswith("<|im_assistant|>assistant<|im_middle|>")
+    out = [163606] + tok.encode("add") + [163607] + tok.encode("4") + [163586]
+    segs, probs = segment_output(p, P, out, {"type": "stop"}, tok)
+    assert probs == [] and [s[0] for s in segs] == ["reasoning", "answer", "end"]
+    no_open = out[1:]                                          # </think> without the model's own <think>
+    assert sorted({x.check for x in segment_output(p, P, no_open, {"type": "stop"}, tok)[1]}) == ["reasoning"]
