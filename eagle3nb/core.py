@@ -91,7 +91,7 @@ class JsonlReader:
                 if not raw.strip(): continue
                 try: obj, err = json.loads(raw.decode("utf-8")), None
                 except UnicodeDecodeError as e: obj, err = None, ("undecodable_text", f"not UTF-8 at byte {e.start} of the line")
-                except json.JSONDecodeError as e: obj, err = None, ("malformed_row", f"{e.msg} at column {e.colno}: {raw[:80]!r}")
+                except json.JSONDecodeError as e: obj, err = None, ("malformed_row", f"{e.msg} (column {e.colno}): {raw[:80]!r}")
                 if err is None and not isinstance(obj, dict): err = ("malformed_row", f"a JSON {type(obj).__name__}, not an object")
                 if err is None: yield lineno, obj; continue
                 if not complete:   # only the last line can lack its newline

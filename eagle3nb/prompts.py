@@ -251,8 +251,9 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
     tmp_ok.replace(out/"prompts.jsonl"); tmp_rej.replace(out/"rejected.jsonl")
     dt = time.time() - t0
     for t in truncations:
+        n = t.get("complete_elements")
         print(f"warning: {t['file']} is truncated at byte {t['offset']} ({t['detail']}); "
-              f"its {t['complete_elements'] if 'complete_elements' in t else 'complete'} complete rows were read")
+              + (f"its {n} complete rows were read" if n is not None else "every complete line before it was read"))
     return write_manifest(out, "prompts",
         config={"inputs": [str(p) for p in paths], "limit": limit, **options},
         counts={**tally.as_dict(), "prompt_tokens": n_tokens, "accepted_with_leading_turns_dropped": n_dropped},
