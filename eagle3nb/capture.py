@@ -7,7 +7,7 @@ from __future__ import annotations
 import json, os, time
 from dataclasses import dataclass
 from pathlib import Path
-from .core import InputError, JsonlReader, JsonlWriter, atomic_write_text, read_json, stage_dir, write_json, write_manifest
+from .core import InputError, JsonlReader, JsonlWriter, read_json, stage_dir, write_jsonl_atomic, write_manifest
 from .models import load_target
 
 # %% auto #0
@@ -79,7 +79,7 @@ class ShardWriter:
                    "input_ids": torch.cat([b[3] for b in self.buf]), "loss_mask": torch.cat([b[4] for b in self.buf])}
         tmp = self.dir/(name + ".tmp")
         save_file(tensors, str(tmp))
-        atomic_write_text(self.dir/(name + ".index.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
+        write_jsonl_atomic(self.dir/(name + ".index.jsonl"), rows)
         os.replace(tmp, self.dir/name)                       # the shard counts from here on
         self.k += 1; self.buf, self.n_tok = [], 0
         return rows
@@ -204,7 +204,7 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
     quarantined = [o for p in sorted(out.glob("quarantine-r*.jsonl")) for _, o in JsonlReader(p)]
     skipped = [o for p in sorted(out.glob("skipped-r*.jsonl")) for _, o in JsonlReader(p)]
     rows = [index[r["id"]] for r in all_recs if r["id"] in index]
-    atomic_write_text(out/"index.jsonl", "".join(json.dumps(x) + "\n" for x in rows))
+    write_jsonl_atomic(out/"index.jsonl", rows)
     tokens = sum(x["length"] for x in rows)
     shard_bytes = sum(p.stat().st_size for p in sdir.glob("*.safetensors"))
     esize = torch.tensor([], dtype=getattr(torch, _DT[dtype])).element_size()

@@ -12,8 +12,8 @@ from typing import Any, Iterator
 
 # %% auto #0
 __all__ = ['InputError', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader', 'read_jsonl', 'atomic_write_text',
-           'write_json', 'read_json', 'build_dir_atomically', 'versions', 'stage_dir', 'write_manifest',
-           'read_manifest', 'Tally', 'PromptRecord']
+           'write_jsonl_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions', 'stage_dir',
+           'write_manifest', 'read_manifest', 'Tally', 'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
@@ -116,6 +116,10 @@ def atomic_write_text(path, text:str):
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True); raise
+
+def write_jsonl_atomic(path, records):
+    "Write whole JSONL file `path` from `records` via a temporary file and a rename (same line format as `JsonlWriter`)."
+    atomic_write_text(path, b"".join(_dumps(r) for r in records).decode("utf-8"))
 
 def write_json(path, obj):
     "Write `obj` as indented JSON, atomically."

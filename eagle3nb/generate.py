@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import (InputError, JsonlReader, JsonlWriter, Tally, atomic_write_text, stage_dir, write_manifest)
+from .core import (InputError, JsonlReader, JsonlWriter, Tally, stage_dir, write_jsonl_atomic, write_manifest)
 from .engines import EngineError, Generation, Sampling, make_engine
 
 # %% auto #0
@@ -28,8 +28,7 @@ def _ids_in(path) -> set:
 
 def _rewrite_without(path, ids:set):
     "Atomically drop records whose id is in `ids` from a JSONL file."
-    keep = [o for _, o in JsonlReader(path) if o["id"] not in ids]
-    atomic_write_text(path, "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in keep))
+    write_jsonl_atomic(path, [o for _, o in JsonlReader(path) if o["id"] not in ids])
 
 # %% ../nbs/05_generate.ipynb #26b9576a
 def summarize(records:list) -> dict:
