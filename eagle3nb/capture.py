@@ -12,7 +12,7 @@ from .models import load_target
 
 # %% auto #0
 __all__ = ['default_aux_layers', 'sglang_layer_ids', 'base_model', 'decoder_layers', 'forward_states', 'ShardWriter',
-           'complete_shards', 'CaptureReader', 'first_nonfinite', 'capture']
+           'complete_shards', 'CaptureReader', 'first_nonfinite', 'capture', 'export_specforge']
 
 # %% ../nbs/07_capture.ipynb #6d383e1a
 def default_aux_layers(num_layers:int) -> list:
@@ -223,3 +223,17 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
         timings={"seconds": round(time.time() - t0, 3)},
         storage={"bytes": shard_bytes, "bytes_per_token": round(shard_bytes / tokens, 2) if tokens else None,
                  "minimum_bytes_per_token": 4 * H * esize + 5})
+
+# %% ../nbs/07_capture.ipynb #55cd73c3
+def export_specforge(capture_dir, out_dir) -> int:
+    "Write SpecForge offline feature files (`data_{i}.ckpt`) from a capture; return how many."
+    import torch
+    rd, out = CaptureReader(capture_dir), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for i, sid in enumerate(rd.index):
+        x = rd[sid]
+        tmp = out/f"data_{i}.ckpt.tmp"
+        torch.save({"input_ids": x["input_ids"].long()[None], "loss_mask": x["loss_mask"].long()[None],
+                    "hidden_state": x["final"][None], "aux_hidden_state": x["aux"][None], "id": sid}, tmp)
+        os.replace(tmp, out/f"data_{i}.ckpt")
+    return len(rd.index)

@@ -122,11 +122,14 @@ def capture_cmd(run:Param("run directory (reads validate/records.jsonl, writes c
                 max_tokens:Param("skip longer records (default: the context length)", int)=None,
                 batch_tokens:Param("padded tokens per forward pass", int)=8192,
                 shard_tokens:Param("tokens per shard", int)=65536,
-                model_dtype:Param("dtype to run the target in", str)="float32"):
+                model_dtype:Param("dtype to run the target in", str)="float32",
+                specforge_dir:Param("also write SpecForge offline feature files here", str)=None):
     "Capture EAGLE-3 aux and final hidden states to sharded safetensors (resumable; run under torchrun to split the work)."
-    from eagle3nb.capture import capture
+    from eagle3nb.capture import capture, export_specforge
     m = capture(run, target, _ids(layers) or None, dtype, max_tokens, batch_tokens, shard_tokens, model_dtype)
-    if m is not None: print(_cap_summary(m)); print(f"wrote {Path(run)/'capture'}")
+    if m is None: return
+    print(_cap_summary(m)); print(f"wrote {Path(run)/'capture'}")
+    if specforge_dir: print(f"wrote {export_specforge(Path(run)/'capture', specforge_dir)} SpecForge feature files to {specforge_dir}")
 
 def _cap_summary(m:dict) -> str:
     c, st = m["counts"], m["storage"]
