@@ -379,7 +379,8 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
                 lens["rejected"].append(len(rec.get("output_ids") or []))
                 windows = [_window(tok, rec.get("output_ids") or [], p.pos) if p.pos is not None else None for p in probs]
                 ws["rejected"].write({"id": rec.get("id"), "prompt_id": rec.get("prompt_id"), "finish_reason": fr,
-                                      "problems": [{**asdict(p), "window": w} for p, w in zip(probs, windows)]})
+                                      "problems": [{**asdict(p), "window": w} for p, w in zip(probs, windows)],
+                                      "segments": segs})   # over output_ids, as far as they could be read
                 for p, w in zip(probs, windows):
                     if len(examples[p.check]) < 3: examples[p.check].append({"id": rec.get("id"), **asdict(p), "window": w})
                 continue
@@ -498,7 +499,7 @@ def token_inspector(run, tok=None):
             head = f"<b>{r['id']}</b> · {len(r['input_ids']) - P} output tokens after {P} prompt tokens · finish {r['finish_reason']}"
         else:
             g = gens.get(r["id"], {})
-            body = tokens_html(tok, g.get("output_ids", []), [], r["problems"])
+            body = tokens_html(tok, g.get("output_ids", []), r.get("segments", []), r["problems"])
             head = f"<b>{r['id']}</b> · " + "; ".join(f"<span style='color:#c00'>{p['check']}</span> @ {p['pos']}: {p['detail']}" for p in r["problems"])
         out.value = f"{head}<br>{body}"
     prev.on_click(lambda _: setattr(idx, "value", max(0, idx.value - 1)))
