@@ -7,7 +7,7 @@ and batch 16.
 
     .venv/bin/python bench/client_overhead.py [--requests 2000] [--concurrency 32] [--out-len 64] [--skip-local]
 """
-import argparse, asyncio, json, multiprocessing as mp, os, sys, tempfile, time
+import argparse, asyncio, multiprocessing as mp, os, tempfile, time
 from pathlib import Path
 
 def _serve_fixed(port_q, out_len):

@@ -4,8 +4,7 @@
 
 # %% ../nbs/07_capture.ipynb #0bea528d
 from __future__ import annotations
-import json, os, time
-from dataclasses import dataclass
+import os, time
 from pathlib import Path
 from .core import InputError, JsonlReader, JsonlWriter, read_json, stage_dir, write_jsonl_atomic, write_manifest
 from .models import load_target

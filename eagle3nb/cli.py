@@ -139,7 +139,7 @@ def _cap_summary(m:dict) -> str:
 
 def start_server_process(target:str, timeout:float=300, **kw):
     "Start `eagle3nb serve` as a subprocess on a free loopback port; return `(process, url)`."
-    import subprocess, tempfile, time, os
+    import subprocess, tempfile, time
     url_file = Path(tempfile.mkdtemp())/"url"
     args = [sys.executable, "-c", "from eagle3nb.cli import main; main()", "serve", "--target", str(target), "--port", "0", "--url_file", str(url_file)]
     for k, v in kw.items(): args += [f"--{k}", str(v)]

@@ -5,7 +5,7 @@
 # %% ../nbs/03_engines.ipynb #0b31ff41
 from __future__ import annotations
 import asyncio, json, queue, random, threading, time
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from .core import InputError
 from .models import Target, load_target

@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import (InputError, JsonlReader, JsonlWriter, Tally, stage_dir, write_jsonl_atomic, write_manifest)
-from .engines import EngineError, Generation, Sampling, make_engine
+from .core import InputError, JsonlReader, JsonlWriter, stage_dir, write_jsonl_atomic, write_manifest
+from .engines import EngineError, Sampling
 
 # %% auto #0
 __all__ = ['work_items', 'summarize', 'generate_async', 'generate']

@@ -6,7 +6,6 @@
 from __future__ import annotations
 import importlib.util, json, os, re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from .core import InputError, build_dir_atomically
 

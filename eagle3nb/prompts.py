@@ -7,7 +7,6 @@ from __future__ import annotations
 import codecs, hashlib, json, time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from tqdm.auto import tqdm
 from .core import (InputError, BadLine, JsonlReader, JsonlWriter, PromptRecord, Tally,
                            stage_dir, write_manifest)

@@ -5,7 +5,6 @@
 # %% ../nbs/04_serve.ipynb #b005eb56
 from __future__ import annotations
 import asyncio, json, threading, time, uuid
-from pathlib import Path
 from .core import InputError
 from .engines import LocalEngine, Sampling, PermanentError, EngineError
 

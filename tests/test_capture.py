@@ -1,7 +1,7 @@
 "Hidden-state capture: NaN quarantine, kill -9 and resume, budget skips, and torchrun with 2 gloo processes."
-import json, os, shutil, signal, subprocess, sys, time
+import shutil, signal, subprocess, sys, time
 from pathlib import Path
-import pytest, torch
+import torch
 from conftest import BIN, run
 from eagle3nb.core import JsonlWriter, read_jsonl, read_manifest
 from eagle3nb.capture import CaptureReader, capture, forward_states
@@ -28,7 +28,7 @@ def test_nonfinite_sample_is_quarantined_and_capture_goes_on(tmp_path):
     key = next(k for k in w if k.endswith("embed_tokens.weight"))
     w[key][777] = float("nan")
     save_file(w, str(poisoned/"model.safetensors"), metadata={"format": "pt"})
-    recs = _records(tmp_path/"run", 10)
+    _records(tmp_path/"run", 10)
     recs_bad = {"id": "bad", "input_ids": [1, 5, 777, 9], "loss_mask": [0, 1, 1, 1]}
     with JsonlWriter(tmp_path/"run/validate/records.jsonl") as w_: w_.write(recs_bad)
     m = capture(tmp_path/"run", poisoned, progress=False)

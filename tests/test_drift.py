@@ -1,6 +1,5 @@
 "The drift proof (nbs/06a_drift.ipynb) on both real tokenizers in ../shared/tokenizers: Qwen3 and Kimi K2.5, 100 samples each, seed 0."
 import shutil
-from functools import lru_cache
 from pathlib import Path
 import pytest
 import eagle3nb.drift as drift

@@ -1,5 +1,5 @@
 "End to end through real processes: `eagle3nb serve` on loopback, `eagle3nb generate` against it, kill -9 and resume."
-import json, os, signal, subprocess, sys, time
+import json, signal, subprocess, time
 from pathlib import Path
 import httpx, pytest
 from conftest import BIN, run
