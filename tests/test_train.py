@@ -1,0 +1,99 @@
+"Drafter training: exact resume after kill -9, 2 torchrun processes = 1, online = offline, bad settings refused, learnability."
+import json, signal, subprocess, sys, time
+from pathlib import Path
+import pytest, torch
+from conftest import BIN, run
+from eagle3nb.core import InputError, JsonlWriter, read_jsonl, read_manifest
+from eagle3nb.capture import capture
+from eagle3nb.models import load_target
+
+def _greedy_records(run_dir, target="tiny-llama", n=24, prompt_len=10, new=30, seed=0, vocab=5000):
+    "The target's own greedy continuations of random prompts, as validated records."
+    tgt = load_target(target)
+    model = tgt.load_model()
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(3, vocab, (n, prompt_len), generator=g)
+    with torch.no_grad(): out = model.generate(prompts, max_new_tokens=new, do_sample=False, pad_token_id=0).tolist()
+    Path(run_dir, "validate").mkdir(parents=True, exist_ok=True)
+    with JsonlWriter(Path(run_dir)/"validate/records.jsonl") as w:
+        for i, s in enumerate(out): w.write({"id": f"g{i}", "input_ids": s, "loss_mask": [0] * prompt_len + [1] * new})
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    "A float32 capture of tiny-llama's greedy outputs (copied per test)."
+    d = tmp_path_factory.mktemp("cap")/"run"
+    _greedy_records(d)
+    capture(d, "tiny-llama", dtype="float32", progress=False)
+    return d
+
+def _copy(src, dst):
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+ARGS = ["--ttt_steps", "3", "--draft_vocab_size", "512", "--max_steps", "16", "--batch_tokens", "160", "--lr", "3e-3",
+        "--warmup_steps", "4", "--log_every", "1", "--ckpt_every", "4", "--eval_every", "8", "--heldout", "0.15"]
+
+def _train_rows(run_dir):
+    return [r for r in read_jsonl(Path(run_dir)/"train/metrics.jsonl") if r["split"] == "train"]
+
+def test_kill_9_then_resume_gives_the_uninterrupted_losses(captured, tmp_path):
+    ref, cut = _copy(captured, tmp_path/"ref"), _copy(captured, tmp_path/"cut")
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(ref), *ARGS])
+    assert r.returncode == 0, r.stderr[-3000:]
+    args = [str(BIN/"eagle3nb"), "train", "--run", str(cut), *ARGS]
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ck, t0 = cut/"train/checkpoints", time.time()
+    while not list(ck.glob("step-000008.pt")) and time.time() - t0 < 300 and p.poll() is None: time.sleep(0.02)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert not (cut/"train/manifest.json").exists(), "killed too late to test resume"
+    done_before = max(r["step"] for r in _train_rows(cut))
+    assert 8 <= done_before < 16
+    r = run(args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    a, b = _train_rows(ref), _train_rows(cut)
+    assert [x["step"] for x in b] == list(range(1, 17))            # every step once, none twice
+    for x, y in zip(a, b): assert (x["loss_k"], x["acc_k"], x["tau_sim"]) == (y["loss_k"], y["acc_k"], y["tau_sim"]), x["step"]
+    m = read_manifest(cut/"train")
+    assert m["counts"]["steps"] == 16 and (cut/"train/drafter/model.safetensors").exists()
+    assert {p.name for p in (cut/"train/plots").glob("*.png")} == {"acceptance_by_position.png", "tau_sim.png", "cond_acc_final.png"}
+
+def test_torchrun_two_gloo_processes_follow_one(captured, tmp_path):
+    one, two = _copy(captured, tmp_path/"one"), _copy(captured, tmp_path/"two")
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(one), *ARGS], env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+             str(BIN/"eagle3nb"), "--", "train", "--run", str(two), *ARGS], env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert read_manifest(two/"train")["config"]["world_size"] == 2
+    a, b = _train_rows(one), _train_rows(two)
+    assert len(a) == len(b) == 16
+    for x, y in zip(a, b):
+        assert x["supervised"] == y["supervised"]
+        for u, v in zip(x["loss_k"], y["loss_k"]): assert abs(u - v) <= 1e-4 * max(1, abs(u)), (x["step"], u, v)
+
+def test_online_equals_offline_on_the_same_batch(captured):
+    from eagle3nb.train import OfflineSource, OnlineSource, Teacher, draft_vocab, plan_steps, ttt_loss
+    from eagle3nb.drafter import new_drafter, target_lm_head
+    off = OfflineSource(captured/"capture")
+    on = OnlineSource(captured/"validate/records.jsonl", "tiny-llama", off.aux_layers)
+    ids = ["g3", "g7", "g11"]
+    a, b = off.batch(ids), on.batch(ids)
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
+    vocab = draft_vocab(off.counts(), 512, 49152)
+    assert off.counts() == on.counts()
+    d = new_drafter(off.target, vocab.ids, off.aux_layers)
+    t = Teacher(target_lm_head(off.target), vocab.ids)
+    la, sa = ttt_loss(d, a, plan_steps(a, t, 3))
+    lb, sb = ttt_loss(d, b, plan_steps(b, t, 3))
+    assert float(la) > 0 and abs(float(la) - float(lb)) < 1e-4 * float(la)
+    assert [s["supervised"] for s in sa] == [s["supervised"] for s in sb]
+
+def test_mismatched_layers_or_settings_are_refused(captured, tmp_path):
+    d = _copy(captured, tmp_path/"run")
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), "--layers", "1,4,5", *ARGS])
+    assert r.returncode == 2 and "the capture holds aux layers (HF) [2, 4, 5]" in r.stderr
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), *ARGS[:-8], "--ckpt_every", "4", "--max_steps", "4"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), *ARGS[:-8], "--ckpt_every", "4", "--max_steps", "8", "--lr", "1e-2"])
+    assert r.returncode == 2 and "was trained with lr=0.003" in r.stderr and "--fresh" in r.stderr
