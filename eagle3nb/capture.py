@@ -4,14 +4,15 @@
 
 # %% ../nbs/07_capture.ipynb #0bea528d
 from __future__ import annotations
-import os, time
+import hashlib, json, os, shutil, time
 from pathlib import Path
-from .core import InputError, JsonlReader, JsonlWriter, read_json, stage_dir, write_jsonl_atomic, write_manifest
+from .core import InputError, JsonlReader, JsonlWriter, read_json, write_json, write_jsonl_atomic, write_manifest
 from .models import load_target
 
 # %% auto #0
-__all__ = ['default_aux_layers', 'sglang_layer_ids', 'base_model', 'decoder_layers', 'forward_states', 'ShardWriter',
-           'complete_shards', 'CaptureReader', 'first_nonfinite', 'capture', 'export_specforge']
+__all__ = ['default_aux_layers', 'sglang_layer_ids', 'base_model', 'decoder_layers', 'forward_states', 'record_hash',
+           'ShardWriter', 'shard_rows', 'complete_shards', 'CaptureReader', 'first_nonfinite', 'capture_config',
+           'lock_config', 'capture', 'export_specforge']
 
 # %% ../nbs/07_capture.ipynb #6d383e1a
 def default_aux_layers(num_layers:int) -> list:
@@ -54,6 +55,10 @@ def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
 # %% ../nbs/07_capture.ipynb #53d1d213
 _DT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "float32": "float32", "fp32": "float32"}
 
+def record_hash(input_ids:list, loss_mask:list) -> str:
+    "A short hash of a record's validated content; a capture row whose hash differs is stale (e.g. validate re-run with another mask)."
+    return hashlib.sha256(json.dumps([list(input_ids), list(loss_mask)], separators=(",", ":")).encode()).hexdigest()[:16]
+
 class ShardWriter:
     "Accumulate samples and write safetensors shards (with their index files) atomically, `shard_tokens` tokens at a time."
     def __init__(self, out_dir, prefix:str, dtype:str="bfloat16", shard_tokens:int=1 << 16, start:int=0):
@@ -73,7 +78,9 @@ class ShardWriter:
         if not self.buf: return
         name = f"{self.prefix}-{self.k:05d}.safetensors"
         rows, off = [], 0
-        for sid, a, f, i, m in self.buf: rows.append({"id": sid, "shard": name, "offset": off, "length": len(i)}); off += len(i)
+        for sid, a, f, i, m in self.buf:
+            rows.append({"id": sid, "shard": name, "offset": off, "length": len(i), "hash": record_hash(i.tolist(), m.tolist())})
+            off += len(i)
         tensors = {"aux": torch.cat([b[1] for b in self.buf]), "final": torch.cat([b[2] for b in self.buf]),
                    "input_ids": torch.cat([b[3] for b in self.buf]), "loss_mask": torch.cat([b[4] for b in self.buf])}
         tmp = self.dir/(name + ".tmp")
@@ -83,16 +90,20 @@ class ShardWriter:
         self.k += 1; self.buf, self.n_tok = [], 0
         return rows
 
-def complete_shards(shard_dir) -> dict:
-    "`{sample id: index row}` over shards whose file and index both exist; removes half-written leftovers."
-    d, done = Path(shard_dir), {}
-    if not d.exists(): return done
+def shard_rows(shard_dir) -> list:
+    "Every index row of every shard whose file and index both exist (any rank's); removes half-written leftovers."
+    d, rows = Path(shard_dir), []
+    if not d.exists(): return rows
     for p in d.glob("*.tmp"): p.unlink()
     for idx in sorted(d.glob("*.safetensors.index.jsonl")):
         shard = d/idx.name[:-len(".index.jsonl")]
         if not shard.exists(): idx.unlink(); continue        # killed between the index and the rename
-        for _, r in JsonlReader(idx): done[r["id"]] = r
-    return done
+        rows += [r for _, r in JsonlReader(idx)]
+    return rows
+
+def complete_shards(shard_dir) -> dict:
+    "`{sample id: index row}` over complete shards (a later shard's row for an id wins)."
+    return {r["id"]: r for r in shard_rows(shard_dir)}
 
 class CaptureReader:
     "Memory-mapped access to captured samples by id."
@@ -136,6 +147,40 @@ def _batches(recs:list, batch_tokens:int):
         b.append(r); longest = max(longest, n)
     if b: yield b
 
+# %% ../nbs/07_capture.ipynb #c8f28753
+def capture_config(tgt, aux_layers:list, dtype:str, model_dtype:str) -> dict:
+    "What a capture directory's shards were made with; a resume must ask for exactly this."
+    cfg_hash = hashlib.sha256(json.dumps(tgt.config(), sort_keys=True).encode()).hexdigest()[:16]
+    return {"aux_layers_hf": list(aux_layers), "dtype": _DT[dtype], "model_dtype": model_dtype,
+            "target": str(tgt.path), "target_config_sha256": cfg_hash}
+
+def lock_config(out, cfg:dict, fresh:bool=False, write:bool=True):
+    "Write `out/config.json` before the first shard, or refuse a directory that holds a capture of another configuration."
+    out = Path(out); p = out/"config.json"
+    if fresh and write and out.exists(): shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if p.exists():
+        old = read_json(p)
+        diff = [k for k in cfg if old.get(k) != cfg[k]]
+        if diff:
+            raise InputError(f"{out} holds a capture made with " + ", ".join(f"{k}={old.get(k)!r}" for k in diff) +
+                             "; this run asks for " + ", ".join(f"{k}={cfg[k]!r}" for k in diff) +
+                             ": rerun with --fresh (fresh=True) to discard it, or use another run directory (never mix configurations)")
+    elif any((out/"shards").glob("*.safetensors*")):
+        raise InputError(f"{out/'shards'} holds shards but no config.json saying how they were made: "
+                         "rerun with --fresh (fresh=True) to discard them, or use another run directory")
+    elif write: write_json(p, cfg)
+    return cfg
+
+# %% ../nbs/07_capture.ipynb #b04512ef
+def _fresh_rows(rows, current:dict) -> dict:
+    "`{id: row}` of the rows whose hash matches the record's current content (stale and unknown rows dropped)."
+    return {o["id"]: o for o in rows if o.get("hash") is not None and current.get(o["id"]) == o.get("hash")}
+
+def _rows_of(out, pattern:str) -> list:
+    "Rows of every rank's files matching `pattern` (a resume under another world size sees them all)."
+    return [o for p in sorted(Path(out).glob(pattern)) for _, o in JsonlReader(p)]
+
 def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             target=None, # model dir or name (default: the one validation used)
             aux_layers:list|None=None, # HF hidden-state indices (default [2, L//2, L-3])
@@ -145,6 +190,7 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             shard_tokens:int=1 << 16, # tokens per shard file
             model_dtype:str="float32", device:str|None=None, # default: this rank's GPU, else CPU; "auto" spreads one model over all GPUs
             records=None, # read records from here instead of run/validate/records.jsonl
+            fresh:bool=False, # discard what run/capture holds and start over
             progress:bool=True) -> dict|None:
     "Capture aux and final hidden states of every validated record; return the manifest (on rank 0)."
     import torch
@@ -155,25 +201,27 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
     if not rpath.exists(): raise InputError(f"{rpath}: no validated records; run `eagle3nb validate` first")
     if target is None:
         target = read_json(run/"validate"/"manifest.json")["config"]["target"]
+    if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
     device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
     tgt = load_target(target)
     L = int(tgt.config()["num_hidden_layers"]); H = int(tgt.config()["hidden_size"])
     aux_layers = list(aux_layers or default_aux_layers(L))
     max_tokens = max_tokens or int(tgt.config().get("max_position_embeddings") or 1 << 30)
-    out = stage_dir(run, "capture"); sdir = out/"shards"
-    prev = out/"manifest.json"
-    if prev.exists():
-        pc = read_json(prev)["config"]
-        if pc["aux_layers_hf"] != aux_layers or pc["dtype"] != _DT[dtype]:
-            raise InputError(f"{out} holds a capture with aux layers {pc['aux_layers_hf']} / {pc['dtype']}; "
-                             f"asked for {aux_layers} / {_DT[dtype]}: use another run directory (never mix layers)")
+    out = run/"capture"; sdir = out/"shards"
+    cfg = capture_config(tgt, aux_layers, dtype, model_dtype)
+    if rank == 0: lock_config(out, cfg, fresh)          # config.json exists before any shard
+    if distributed:
+        import torch.distributed as dist
+        dist.barrier()
+    if rank != 0: lock_config(out, cfg, write=False)
     all_recs = [o for _, o in JsonlReader(rpath)]
+    current = {r["id"]: record_hash(r["input_ids"], r["loss_mask"]) for r in all_recs}
     mine = [r for i, r in enumerate(all_recs) if i % world == rank]
-    done = complete_shards(sdir)
-    qpath, kpath = out/f"quarantine-r{rank}.jsonl", out/f"skipped-r{rank}.jsonl"
-    settled = set(done) | {o["id"] for _, o in JsonlReader(qpath)} if qpath.exists() else set(done)
-    if kpath.exists(): settled |= {o["id"] for _, o in JsonlReader(kpath)}
+    # settled: captured, quarantined or skipped with the record's current content, by any rank of any earlier run
+    settled = (set(_fresh_rows(shard_rows(sdir), current)) | set(_fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current))
+               | set(_fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)))
     todo = [r for r in mine if r["id"] not in settled]
+    qpath, kpath = out/f"quarantine-r{rank}.jsonl", out/f"skipped-r{rank}.jsonl"
     start = 1 + max((int(p.name.split("-")[1].split(".")[0]) for p in sdir.glob(f"r{rank}-*.safetensors")), default=-1)
     writer = ShardWriter(sdir, f"r{rank}", dtype, shard_tokens, start)
     model = tgt.load_model(model_dtype, device)
@@ -182,16 +230,21 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
         fits = []
         for r in todo:
             if len(r["input_ids"]) > max_tokens:
-                kw.write({"id": r["id"], "reason": f"{len(r['input_ids'])} tokens > max_tokens={max_tokens}"})
+                kw.write({"id": r["id"], "hash": current[r["id"]], "reason": f"{len(r['input_ids'])} tokens > max_tokens={max_tokens}"})
             else: fits.append(r)
         bar = tqdm(total=sum(len(r["input_ids"]) for r in fits), desc=f"capture r{rank}", unit="tok", disable=not progress or rank != 0)
         for batch in _batches(fits, batch_tokens):
             aux, final, lens = forward_states(model, [r["input_ids"] for r in batch], aux_layers, device)
             for b, r in enumerate(batch):
-                n = lens[b]; a, f = aux[b, :n].float().cpu(), final[b, :n].float().cpu()
-                bad = first_nonfinite({**{f"aux layer {li}": a[:, k * H:(k + 1) * H] for k, li in enumerate(aux_layers)}, "final": f})
+                n = lens[b]
+                a, f = aux[b, :n].to(writer.dtype).cpu(), final[b, :n].to(writer.dtype).cpu()   # check what is stored
+                named = lambda a, f: {**{f"aux layer {li}": a[:, k * H:(k + 1) * H] for k, li in enumerate(aux_layers)}, "final": f}
+                bad = first_nonfinite(named(a, f))
                 if bad:
-                    qw.write({"id": r["id"], "reason": f"non-finite values in {bad[0]} (HF index) at token {bad[1]}"}); continue
+                    why = f"non-finite values in {bad[0]} (HF index) at token {bad[1]}"
+                    if first_nonfinite(named(aux[b, :n], final[b, :n])) is None:
+                        why += f" after the cast to {_DT[dtype]} (beyond its range): capture with --dtype bfloat16 or float32"
+                    qw.write({"id": r["id"], "hash": current[r["id"]], "reason": why}); continue
                 writer.add(r["id"], a, f, r["input_ids"], r["loss_mask"]); n_tok += n
             bar.update(sum(lens))
         writer.flush(); bar.close()
@@ -199,16 +252,18 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
         import torch.distributed as dist
         dist.barrier()
     if rank != 0: return None
-    index = complete_shards(sdir)
-    quarantined = [o for p in sorted(out.glob("quarantine-r*.jsonl")) for _, o in JsonlReader(p)]
-    skipped = [o for p in sorted(out.glob("skipped-r*.jsonl")) for _, o in JsonlReader(p)]
+    on_file = shard_rows(sdir)
+    index = _fresh_rows(on_file, current)
+    quarantined = _fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current)
+    skipped = _fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)
     rows = [index[r["id"]] for r in all_recs if r["id"] in index]
     write_jsonl_atomic(out/"index.jsonl", rows)
     tokens = sum(x["length"] for x in rows)
     shard_bytes = sum(p.stat().st_size for p in sdir.glob("*.safetensors"))
     esize = torch.tensor([], dtype=getattr(torch, _DT[dtype])).element_size()
     counts = {"records": len(all_recs), "captured": len(rows), "quarantined": len(quarantined), "skipped": len(skipped),
-              "tokens": tokens, "shards": len(list(sdir.glob("*.safetensors"))), "this_run_tokens_rank0": n_tok}
+              "tokens": tokens, "shards": len(list(sdir.glob("*.safetensors"))), "this_run_tokens_rank0": n_tok,
+              "stale_rows": len(on_file) - len(index)}   # rows of records changed (or gone) since they were captured
     if len(rows) + len(quarantined) + len(skipped) != len(all_recs):
         raise RuntimeError(f"accounting error in {out}: captured {len(rows)} + quarantined {len(quarantined)} + "
                            f"skipped {len(skipped)} != records {len(all_recs)}")
@@ -217,7 +272,7 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
                 "aux_layers_hf": aux_layers, "aux_layers_sglang": sglang_layer_ids(aux_layers),
                 "final": "post-norm last hidden state (apply the target's lm_head for teacher logits)",
                 "dtype": _DT[dtype], "model_dtype": model_dtype, "batch_tokens": batch_tokens, "shard_tokens": shard_tokens,
-                "max_tokens": max_tokens, "world_size": world},
+                "max_tokens": max_tokens, "world_size": world, "target_config_sha256": cfg["target_config_sha256"]},
         counts=counts,
         timings={"seconds": round(time.time() - t0, 3)},
         storage={"bytes": shard_bytes, "bytes_per_token": round(shard_bytes / tokens, 2) if tokens else None,
@@ -232,7 +287,7 @@ def export_specforge(capture_dir, out_dir) -> int:
     for i, sid in enumerate(rd.index):
         x = rd[sid]
         tmp = out/f"data_{i}.ckpt.tmp"
-        torch.save({"input_ids": x["input_ids"].long()[None], "loss_mask": x["loss_mask"].long()[None],
+        torch.save({"input_ids": x["input_ids"].long(), "loss_mask": x["loss_mask"].long(),   # [L]: SpecForge unsqueezes them
                     "hidden_state": x["final"][None], "aux_hidden_state": x["aux"][None], "id": sid}, tmp)
         os.replace(tmp, out/f"data_{i}.ckpt")
     return len(rd.index)

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['COMMANDS', 'prepare_cmd', 'generate_cmd', 'serve_cmd', 'validate_cmd', 'capture_cmd', 'start_server_process',
-           'run_cmd', 'targets_cmd', 'main']
+           'run_cmd', 'targets_cmd', 'train_cmd', 'evaluate_cmd', 'export_cmd', 'main']
 
 # %% ../nbs/90_cli.ipynb #35a2c1f9
 import json, sys
@@ -62,6 +62,9 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  max_new_tokens:Param("most tokens to generate per sample", int)=2048,
                  temperature:Param("0 is greedy", float)=0.0,
                  top_p:float=1.0, top_k:int=-1, min_p:float=0.0,
+                 repetition_penalty:Param("1 is off; always sent, so the server's generation_config default never applies", float)=1.0,
+                 frequency_penalty:Param("0 is off; always sent", float)=0.0,
+                 presence_penalty:Param("0 is off; always sent", float)=0.0,
                  stop_token_ids:Param("comma-separated extra stop ids (the model's EOS ids always stop)", str)=None,
                  seed:Param("base seed; sample k uses seed+k", int)=None,
                  n:Param("samples per prompt", int)=1,
@@ -69,16 +72,19 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  batch_size:Param("prompts per request where the engine takes batches (SGLang)", int)=1,
                  retry_failed:Param("retry the failures of earlier runs", store_true)=False,
                  limit:Param("only the first N prompts", int)=None,
-                 timeout:Param("seconds per request", float)=600,
+                 timeout:Param("base read timeout of a request, in seconds", float)=600,
+                 timeout_per_token:Param("read-timeout seconds added per max_new_tokens token (long generations are not cut off)", float)=0.1,
                  max_retries:Param("retries of transient faults per request", int)=6,
                  prompts:Param("prompt records to read (default: RUN/prompts/prompts.jsonl), e.g. a validate/next_prompts.jsonl", str)=None):
     "Token-direct generation: prompt ids in, output ids out, resumable."
     from eagle3nb.engines import Sampling, make_engine
     from eagle3nb.generate import generate
     s = Sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                 stop_token_ids=_ids(stop_token_ids), seed=seed)
+                 stop_token_ids=_ids(stop_token_ids), seed=seed, repetition_penalty=repetition_penalty,
+                 frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)
     if engine == "local": engines = [make_engine("local", target=target)]
-    else: engines = [make_engine(engine, u, timeout=timeout, max_retries=max_retries) for u in (url or [None])]
+    else: engines = [make_engine(engine, u, timeout=timeout, timeout_per_token=timeout_per_token, max_retries=max_retries)
+                     for u in (url or [None])]
     m = generate(run, engines, s, n=n, concurrency=concurrency, retry_failed=retry_failed, limit=limit, prompts_path=prompts,
                  batch_size=batch_size)
     print(_gen_summary(m)); print(f"wrote {Path(run)/'generate'}")
@@ -99,20 +105,21 @@ def serve_cmd(target:Param("a model directory or built-in name", str)="smollm2",
 def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes validate/)", str)="runs/default",
                  target:Param("tokenizer source (default: the prompts stage's target)", str)=None,
                  family:Param("override the detected family: qwen3, kimi, deepseek-r1, gpt-oss, llama3, chatml", str)=None,
-                 keep_truncated:Param("keep length-truncated samples (never with an appended end of turn)", store_true)=False,
+                 drop_truncated:Param("reject length-truncated samples (kept by default: flagged, never given an end of turn)", store_true)=False,
                  mask_reasoning:Param("exclude reasoning from the loss", store_true)=False,
                  mask_tool_calls:Param("exclude tool calls from the loss", store_true)=False,
-                 generations:Param("generation records to read (default: RUN/generate/generations.jsonl)", str)=None):
+                 generations:Param("generation records to read (default: RUN/generate/generations.jsonl)", str)=None,
+                 prompts:Param("prompt records of those generations (default: the generate manifest's, else RUN/prompts/prompts.jsonl)", str)=None):
     "Token-boundary validation: checks, segments, loss masks, rejects, report, next-turn prompts."
     from eagle3nb.validate import validate
-    m = validate(run, target, family, keep_truncated, mask_reasoning, mask_tool_calls, generations)
+    m = validate(run, target, family, drop_truncated, mask_reasoning, mask_tool_calls, generations, prompts)
     print(_val_summary(m)); print(f"wrote {Path(run)/'validate'} (report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")
 
 def _val_summary(m:dict) -> str:
     c = m["counts"]
     return (f"validate ({m['config']['family']}): read {c['read']}, accepted {c['accepted']}, rejected {c['rejected']} "
             f"(failed checks: {', '.join(f'{k} {v}' for k, v in c['failed_checks'].items()) or 'none'}); "
-            f"next-turn prompts {c['next_turn_prompts']}")
+            f"truncated kept {c.get('truncated_kept', 0)}; next-turn prompts {c['next_turn_prompts']}")
 
 @call_parse
 def capture_cmd(run:Param("run directory (reads validate/records.jsonl, writes capture/)", str)="runs/default",
@@ -123,10 +130,11 @@ def capture_cmd(run:Param("run directory (reads validate/records.jsonl, writes c
                 batch_tokens:Param("padded tokens per forward pass", int)=8192,
                 shard_tokens:Param("tokens per shard", int)=65536,
                 model_dtype:Param("dtype to run the target in", str)="float32",
-                specforge_dir:Param("also write SpecForge offline feature files here", str)=None):
+                specforge_dir:Param("also write SpecForge offline feature files here", str)=None,
+                fresh:Param("discard what RUN/capture holds (another configuration) and capture from scratch", store_true)=False):
     "Capture EAGLE-3 aux and final hidden states to sharded safetensors (resumable; run under torchrun to split the work)."
     from eagle3nb.capture import capture, export_specforge
-    m = capture(run, target, _ids(layers) or None, dtype, max_tokens, batch_tokens, shard_tokens, model_dtype)
+    m = capture(run, target, _ids(layers) or None, dtype, max_tokens, batch_tokens, shard_tokens, model_dtype, fresh=fresh)
     if m is None: return
     print(_cap_summary(m)); print(f"wrote {Path(run)/'capture'}")
     if specforge_dir: print(f"wrote {export_specforge(Path(run)/'capture', specforge_dir)} SpecForge feature files to {specforge_dir}")
@@ -155,12 +163,19 @@ def start_server_process(target:str, timeout:float=300, **kw):
 def run_cmd(run:Param("run directory", str)="runs/default",
             limit:Param("read at most this many ShareGPT rows", int)=None,
             gen_limit:Param("generate for the first N prompts", int)=24,
-            max_new_tokens:Param("most tokens per generation", int)=384):
-    "The main job on the embedded default: ShareGPT prompts for SmolLM2, generated through `eagle3nb serve`, validated, hidden states captured."
+            max_new_tokens:Param("most tokens per generation", int)=384,
+            ttt_steps:Param("training-time-test steps K", int)=3,
+            train_epochs:Param("passes over the captured records", int)=20,
+            draft_vocab_size:Param("draft vocabulary size", int)=8192,
+            eval_prompts:Param("held-out prompts (after the generated ones; never trained on) to evaluate on", int)=4,
+            eval_tokens:Param("most new tokens per evaluation prompt", int)=64,
+            eval_ks:Param("chain lengths K to measure", str)="1,3"):
+    "The main job on the embedded default: ShareGPT prompts for SmolLM2 → generation through `eagle3nb serve` → validation → capture → training → evaluation on held-out prompts beside n-gram → export."
     from eagle3nb.prompts import prepare
     from eagle3nb.validate import validate
     from eagle3nb.engines import Sampling, SGLangEngine
     from eagle3nb.generate import generate
+    from eagle3nb.core import JsonlReader, write_jsonl_atomic
     print("eagle3nb run: embedded default (target smollm2 = SmolLM2-135M-Instruct from PyPI, input sharegpt)")
     m = prepare("sharegpt", "smollm2", run, limit=limit)
     print(_summary(m)); print(f"wrote {Path(run)/'prompts'}")
@@ -176,7 +191,18 @@ def run_cmd(run:Param("run directory", str)="runs/default",
     from eagle3nb.capture import capture
     m = capture(run)
     print(_cap_summary(m)); print(f"wrote {Path(run)/'capture'}")
-    print("stages still to come (not built yet): train, evaluate, export")
+    from eagle3nb.train import train
+    m = train(run, ttt_steps=ttt_steps, epochs=train_epochs, draft_vocab_size=draft_vocab_size, lr=1e-3, warmup_steps=10,
+              heldout=0.1, eval_every=20, ckpt_every=20)
+    print(_train_summary(m)); print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")
+    prompts = [o for _, o in JsonlReader(Path(run)/"prompts"/"prompts.jsonl")]
+    held = Path(run)/"evaluate_prompts.jsonl"   # prompts after the generated ones: never generated for, never trained on
+    write_jsonl_atomic(held, prompts[gen_limit:gen_limit + eval_prompts])
+    from eagle3nb.evaluate import evaluate, print_report
+    rep = evaluate(run, held, ks=_ks(eval_ks), max_new_tokens=eval_tokens)
+    print_report(rep); print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
+    from eagle3nb.export import export
+    for fmt in ("speculators", "sglang"): print(f"wrote {export(run, fmt)} ({fmt} layout)")
 
 @call_parse
 def targets_cmd(name:Param("build this target and print its directory", str)=None):
@@ -188,8 +214,79 @@ def targets_cmd(name:Param("build this target and print its directory", str)=Non
             print(f"{n:12s} {'built: ' + str(d) if d.exists() else 'not built yet (built on first use)'}")
     else: print(target_dir(name))
 
+# %% ../nbs/90_cli.ipynb #7a1c9e02
+def _train_summary(m:dict) -> str:
+    h, v = m["final"].get("heldout") or m["final"].get("train") or {}, m["draft_vocab"]
+    return (f"train: {m['counts']['steps']} steps on {m['counts']['train_records']} records "
+            f"({m['counts']['heldout_records']} held out) in {m['timings']['seconds']} s; draft vocab {v['size']} "
+            f"(coverage {v['coverage']:.3f}); {h.get('split', '')} acc_k {h.get('acc_k')}, tau_sim {h.get('tau_sim')} "
+            f"(K={m['config']['ttt_steps']} chain)")
+
+@call_parse
+def train_cmd(run:Param("run directory (reads capture/, or validate/ with --source online; writes train/)", str)="runs/default",
+              source:Param("offline (captured shards) or online (the target runs in the loop, nothing stored)", str)="offline",
+              target:Param("target model dir or name (default: the capture's; must match it)", str)=None,
+              layers:Param("aux layers as HF indices, comma-separated (must match the capture's)", str)=None,
+              ttt_steps:Param("training-time-test steps K", int)=7,
+              draft_vocab_size:Param("draft vocabulary size N (default min(32000, target vocab))", int)=None,
+              epochs:Param("passes over the training records", int)=1,
+              max_steps:Param("stop after this many optimizer steps", int)=None,
+              lr:Param("peak learning rate (AdamW, warmup then cosine)", float)=3e-4,
+              warmup_steps:Param("linear warmup steps", int)=20,
+              batch_tokens:Param("padded tokens per global batch", int)=4096,
+              heldout:Param("share of records held out", float)=0.05,
+              eval_every:Param("evaluate the held-out split every N steps", int)=50,
+              ckpt_every:Param("checkpoint every N steps", int)=100,
+              log_every:Param("log train metrics every N steps", int)=10,
+              seed:Param("seed (model init, batch order, held-out split)", int)=0,
+              norm_before_residual:Param("the residual branches off the normed fed state", store_true)=False,
+              fresh:Param("start over even if checkpoints exist", store_true)=False):
+    "Train an EAGLE-3 drafter with training-time test (resumable; run under torchrun for DDP)."
+    from eagle3nb.train import train
+    m = train(run, target=target, aux_layers=_ids(layers) or None, fresh=fresh, source=source, ttt_steps=ttt_steps,
+              draft_vocab_size=draft_vocab_size, epochs=epochs, max_steps=max_steps, lr=lr, warmup_steps=warmup_steps,
+              batch_tokens=batch_tokens, heldout=heldout, eval_every=eval_every, ckpt_every=ckpt_every, log_every=log_every,
+              seed=seed, norm_before_residual=norm_before_residual)
+    if m is None: return
+    print(_train_summary(m)); print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")
+
+# %% ../nbs/90_cli.ipynb #b0c10b1a
+def _ks(s:str) -> list:
+    "`1-7` or `1,3,5` → a list of K."
+    try:
+        if "-" in s: a, b = s.split("-"); return list(range(int(a), int(b) + 1))
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError: raise InputError(f"--ks {s!r}: give a range such as 1-7 or a list such as 1,3,5") from None
+
+@call_parse
+def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/)", str)="runs/default",
+                 prompts:Param("held-out prompts: JSONL of prompt records (prompt_ids) or conversations (messages)", str)=None,
+                 drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
+                 ks:Param("chain lengths K to measure, e.g. 1-7 or 1,3,5", str)="1-7",
+                 temperature:Param("0 is greedy (and lossless); above it, speculative sampling", float)=0.0,
+                 max_new_tokens:Param("most tokens per prompt", int)=128,
+                 limit:Param("only the first N prompts", int)=None,
+                 no_ngram:Param("skip the n-gram prompt-lookup comparison", store_true)=False):
+    "Real draft-and-verify decoding (vLLM's loop): τ, per-position acceptance, tokens per forward, n-gram beside it, recommended K."
+    from eagle3nb.evaluate import evaluate, print_report
+    if not prompts: raise InputError("--prompts is required: a JSONL of held-out prompts (e.g. a prompts.jsonl from eagle3nb prepare)")
+    rep = evaluate(run, prompts, drafter, _ks(ks), temperature, max_new_tokens, limit, not no_ngram)
+    print_report(rep); print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
+
+@call_parse
+def export_cmd(run:Param("run directory (reads train/drafter, writes export/FORMAT)", str)="runs/default",
+               format:Param("sglang (LlamaForCausalLMEagle3) or speculators (vLLM)", str)="speculators",
+               out:Param("output directory (default: RUN/export/FORMAT)", str)=None,
+               drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
+               speculative_tokens:Param("K written into the speculators config (vLLM's default num_speculative_tokens)", int)=3):
+    "Export the trained drafter for SGLang or vLLM."
+    from eagle3nb.export import export
+    p = export(run, format, out, drafter, speculative_tokens)
+    print(f"wrote {p} ({format} layout)")
+
 # %% ../nbs/90_cli.ipynb #a7f0aafa
 COMMANDS = {"run": run_cmd, "prepare": prepare_cmd, "generate": generate_cmd, "validate": validate_cmd, "capture": capture_cmd,
+            "train": train_cmd, "evaluate": evaluate_cmd, "export": export_cmd,
             "serve": serve_cmd,
             "targets": targets_cmd}
 

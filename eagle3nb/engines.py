@@ -4,15 +4,17 @@
 
 # %% ../nbs/03_engines.ipynb #0b31ff41
 from __future__ import annotations
-import asyncio, json, queue, random, threading, time
+import asyncio, collections, json, queue, random, threading, time
 from dataclasses import dataclass, field
 from pathlib import Path
+from fastcore.basics import patch
 from .core import InputError
 from .models import Target, load_target
 
 # %% auto #0
-__all__ = ['FINISH_TYPES', 'RETRY_STATUS', 'ENGINES', 'Sampling', 'Generation', 'EngineError', 'TransientError', 'PermanentError',
-           'check_sglang', 'check_vllm', 'LocalEngine', 'HTTPEngine', 'SGLangEngine', 'VLLMEngine', 'make_engine']
+__all__ = ['FINISH_TYPES', 'LEAK_IDS', 'PENALTIES', 'RETRY_STATUS', 'ENGINES', 'Sampling', 'Generation', 'EngineError',
+           'TransientError', 'PermanentError', 'check_sglang', 'check_vllm', 'SlotCache', 'apply_penalties',
+           'sample_tokens', 'LocalEngine', 'attempt_rid', 'HTTPEngine', 'SGLangEngine', 'VLLMEngine', 'make_engine']
 
 # %% ../nbs/03_engines.ipynb #c4bf5e60
 @dataclass
@@ -25,22 +27,33 @@ class Sampling:
     min_p: float = 0.0
     stop_token_ids: list = field(default_factory=list)   # stop on these as well as the model's EOS ids
     seed: int|None = None
+    repetition_penalty: float = 1.0   # 1: off (multiplicative, on ids already in the prompt or output)
+    frequency_penalty: float = 0.0    # 0: off (subtracted per earlier occurrence in the output)
+    presence_penalty: float = 0.0     # 0: off (subtracted once for any id already in the output)
     def __post_init__(self):
         if self.max_new_tokens < 1: raise InputError(f"max_new_tokens={self.max_new_tokens}: must be at least 1")
         if self.temperature < 0: raise InputError(f"temperature={self.temperature}: must be >= 0")
         if not 0 < self.top_p <= 1: raise InputError(f"top_p={self.top_p}: must be in (0, 1]")
         if not 0 <= self.min_p <= 1: raise InputError(f"min_p={self.min_p}: must be in [0, 1]")
+        if not 0 < self.repetition_penalty <= 2:
+            raise InputError(f"repetition_penalty={self.repetition_penalty}: must be in (0, 2] (1 is off)")
+        for k in ("frequency_penalty", "presence_penalty"):
+            if not -2 <= getattr(self, k) <= 2: raise InputError(f"{k}={getattr(self, k)}: must be in [-2, 2] (0 is off)")
         self.stop_token_ids = [int(i) for i in self.stop_token_ids]
+    def penalties(self) -> dict:
+        return dict(repetition_penalty=self.repetition_penalty, frequency_penalty=self.frequency_penalty,
+                    presence_penalty=self.presence_penalty)
     def to_sglang(self) -> dict:
-        "SGLang `sampling_params`: every field, special tokens kept, stop tokens not trimmed."
+        "SGLang `sampling_params`: every field (penalties included), special tokens kept, stop tokens not trimmed."
         d = dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                 min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, no_stop_trim=True)
+                 min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, no_stop_trim=True,
+                 **self.penalties())
         if self.seed is not None: d["sampling_seed"] = self.seed
         return d
     def to_vllm(self) -> dict:
-        "vLLM completion fields."
+        "vLLM completion fields, penalties included (vLLM fills omitted ones from the model's `generation_config.json`)."
         d = dict(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                 min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False)
+                 min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, **self.penalties())
         if self.seed is not None: d["seed"] = self.seed
         return d
     @classmethod
@@ -49,13 +62,17 @@ class Sampling:
         d = d or {}
         return cls(max_new_tokens=int(d.get("max_new_tokens", 128)), temperature=float(d.get("temperature", 1.0)),
                    top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1)), min_p=float(d.get("min_p", 0.0)),
-                   stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("sampling_seed"))
+                   stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("sampling_seed"),
+                   repetition_penalty=float(d.get("repetition_penalty", 1.0)),
+                   frequency_penalty=float(d.get("frequency_penalty", 0.0)), presence_penalty=float(d.get("presence_penalty", 0.0)))
     @classmethod
     def from_vllm(cls, d:dict):
         "Parse a completion request with vLLM's defaults for what is omitted."
         return cls(max_new_tokens=int(d.get("max_tokens") or 16), temperature=float(d.get("temperature", 1.0)),
                    top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1) or -1), min_p=float(d.get("min_p", 0.0)),
-                   stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("seed"))
+                   stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("seed"),
+                   repetition_penalty=float(d.get("repetition_penalty") or 1.0),
+                   frequency_penalty=float(d.get("frequency_penalty") or 0.0), presence_penalty=float(d.get("presence_penalty") or 0.0))
 
 # %% ../nbs/03_engines.ipynb #ac98dbc9
 @dataclass
@@ -82,6 +99,8 @@ def _snippet(x, n=200) -> str:
     s = x if isinstance(x, str) else json.dumps(x)[:n * 2]
     return s[:n] + ("…" if len(s) > n else "")
 
+LEAK_IDS = 5   # SGLang 0.5.0–0.5.4 leaks the last min(5, len(prompt_ids)) prompt ids into output_ids
+
 def check_sglang(resp, prompt_ids:list) -> Generation:
     "Validate one SGLang `/generate` answer object and turn it into a `Generation`."
     if not isinstance(resp, dict): raise PermanentError(f"answer is a {type(resp).__name__}, not an object: {_snippet(resp)}")
@@ -97,16 +116,24 @@ def check_sglang(resp, prompt_ids:list) -> Generation:
     if not isinstance(fr, dict) or fr.get("type") not in FINISH_TYPES:
         raise PermanentError(f"unknown finish_reason {_snippet(fr)}")
     if fr["type"] == "abort": raise PermanentError(f"aborted by the server: {fr.get('message') or _snippet(fr)}", fr.get("status_code"))
+    m = fr.get("matched")
+    if fr["type"] == "stop" and (not isinstance(m, int) or isinstance(m, bool)):   # eagle3nb sends no stop strings
+        raise PermanentError(f"finish_reason stop matched {m!r}, not a token id: the server ended the sample itself "
+                             "(SGLang's 'NaN happened': a sampled id outside the vocabulary, replaced by an EOS id)")
+    pt = mi.get("prompt_tokens")
+    if pt != len(prompt_ids):
+        raise PermanentError(f"meta_info.prompt_tokens={pt} != len(prompt_ids)={len(prompt_ids)}: the server did not generate "
+                             "from the prompt sent (SGLang --allow-auto-truncate cuts long prompts)")
     meta, n = {}, mi.get("completion_tokens")
     if not isinstance(n, int): raise PermanentError(f"meta_info.completion_tokens missing: {_snippet(mi)}")
     if len(ids) != n:
-        extra = len(ids) - n
-        if 0 < extra <= 5 and ids[:extra] == list(prompt_ids[-extra:]):
+        extra, leak = len(ids) - n, min(LEAK_IDS, len(prompt_ids))
+        if extra == leak and ids[:extra] == list(prompt_ids[-extra:]):
             ids, meta["repaired_prompt_prefix"] = ids[extra:], extra   # SGLang 0.5.0–0.5.4 leak, repaired loudly
         else:
-            raise PermanentError(f"len(output_ids)={len(ids)} != completion_tokens={n} and the extra ids are not the prompt's tail")
-    m = fr.get("matched")
-    if fr["type"] == "stop" and isinstance(m, int) and (not ids or ids[-1] != m):
+            raise PermanentError(f"len(output_ids)={len(ids)} != completion_tokens={n}, and the {extra} extra ids are not "
+                                 f"SGLang 0.5.0–0.5.4's leak (exactly the prompt's last {leak} ids)")
+    if fr["type"] == "stop" and (not ids or ids[-1] != m):
         raise PermanentError(f"finish matched token {m} but the last output id is {ids[-1] if ids else None}")
     usage = {k: mi.get(k) for k in ("prompt_tokens", "completion_tokens", "cached_tokens") if k in mi}
     if "e2e_latency" in mi: meta["server_latency_s"] = mi["e2e_latency"]
@@ -128,7 +155,7 @@ def check_vllm(choice, prompt_ids:list, usage:dict|None=None) -> Generation:
     if fr not in FINISH_TYPES: raise PermanentError(f"unknown finish_reason {fr!r}")
     if fr == "abort": raise PermanentError("aborted by the server")
     if fr == "length": finish = {"type": "length", "length": len(ids)}
-    elif isinstance(sr, str): finish = {"type": "stop", "matched": sr}
+    elif isinstance(sr, str): raise PermanentError(f"stop_reason {sr!r} is a string: eagle3nb sends no stop strings")
     else:
         if not ids: raise PermanentError("finish_reason stop with no output ids")
         if isinstance(sr, int) and ids[-1] != sr: raise PermanentError(f"stop_reason {sr} but the last output id is {ids[-1]}")
@@ -155,41 +182,162 @@ def _cache_kw(model) -> str:
     import inspect
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-def _sample_row(logits, s:Sampling, gen):
-    "Pick one token id from a row of logits under `s`."
+# %% ../nbs/03_engines.ipynb #96370dec
+class SlotCache:
+    "A preallocated KV cache with one slot per running sequence: keys at their own positions, a boolean mask per slot."
+    def __init__(self, n_layers:int, n_slots:int, n_kv_heads:int, head_dim:int, dtype, device="cpu",
+                 max_len:int=4096, # the longest sequence a slot may hold (the context length)
+                 start_len:int=256, # the first allocation; the cache grows by half as much again when a sequence needs it
+                ):
+        self.shape, self.dtype, self.device, self.max_len = (n_slots, n_kv_heads, head_dim), dtype, device, max_len
+        self.n_layers, self.cap, self.keys, self.values = n_layers, 0, [], []
+        self.lens = [0] * n_slots   # tokens held per slot
+        self.n = 0                  # rows in the current decode step (slots 0..n-1)
+        self._grow(min(start_len, max_len))
+    def _grow(self, need:int):
+        "Make room for `need` positions per slot (amortised: at least 1.5× the old size, in steps of 128)."
+        import torch
+        if need <= self.cap: return
+        if need > self.max_len: raise PermanentError(f"a sequence needs {need} positions; the context length is {self.max_len}", 400)
+        cap = min(self.max_len, -(-max(need, self.cap * 3 // 2) // 128) * 128)
+        S, H, D = self.shape
+        def bigger(old):
+            new = torch.zeros((S, H, cap, D), dtype=self.dtype, device=self.device)   # zeros: masked keys must stay finite
+            if old is not None: new[:, :, :self.cap] = old[:, :, :self.cap]
+            return new
+        self.keys = [bigger(self.keys[l] if self.keys else None) for l in range(self.n_layers)]
+        self.values = [bigger(self.values[l] if self.values else None) for l in range(self.n_layers)]
+        mask = torch.zeros((S, 1, 1, cap), dtype=torch.bool, device=self.device)
+        if self.cap: mask[..., :self.cap] = self.mask[..., :self.cap]
+        self.mask, self.cap = mask, cap
+    def load(self, slot:int, layers:list):
+        "Put a prefilled sequence's `(keys, values)` per layer (each `[1, heads, length, head_dim]`) into `slot`."
+        L = layers[0][0].shape[2]
+        self._grow(L + 1)
+        for l, (k, v) in enumerate(layers): self.keys[l][slot, :, :L] = k[0]; self.values[l][slot, :, :L] = v[0]
+        self.mask[slot] = False; self.mask[slot, ..., :L] = True
+        self.lens[slot] = L
+    def move(self, src:int, dst:int):
+        "Copy slot `src` into slot `dst` (a finished row's slot is refilled from the last row, so running rows stay 0..n-1)."
+        L = self.lens[src]
+        for l in range(self.n_layers):
+            self.keys[l][dst, :, :L] = self.keys[l][src, :, :L]; self.values[l][dst, :, :L] = self.values[l][src, :, :L]
+        self.mask[dst] = self.mask[src]; self.lens[dst] = L
+    def begin_step(self, n:int):
+        "Prepare a decode step over slots 0..n-1: each writes its new token at its own length; returns `(position_ids, mask)`."
+        import torch
+        self.n = n
+        self._grow(max(self.lens[:n]) + 1)
+        pos = torch.tensor(self.lens[:n], device=self.device)
+        S, H, D = self.shape
+        # flat row indices into a `[slots * heads * cap, head_dim]` view: one `index_copy_` per layer writes every row's token
+        self._at = ((torch.arange(n, device=self.device)[:, None] * H + torch.arange(H, device=self.device)) * self.cap + pos[:, None]).flatten()
+        self.mask.view(-1).index_fill_(0, torch.arange(n, device=self.device) * self.cap + pos, True)
+        self._T = max(self.lens[:n]) + 1
+        return pos[:, None], self.mask[:n, :, :, :self._T]
+    def end_step(self):
+        for i in range(self.n): self.lens[i] += 1
+    def update(self, key_states, value_states, layer_idx:int, *args, **kwargs):
+        "The transformers cache hook: store this step's key/value per row, return the keys/values the rows attend to."
+        kb, vb, D = self.keys[layer_idx], self.values[layer_idx], self.shape[2]
+        kb.view(-1, D).index_copy_(0, self._at, key_states.reshape(-1, D))     # [n, heads, 1, D] -> n * heads rows
+        vb.view(-1, D).index_copy_(0, self._at, value_states.reshape(-1, D))
+        return kb[:self.n, :, :self._T], vb[:self.n, :, :self._T]
+    def get_seq_length(self, layer_idx:int=0) -> int: return self._T - 1   # only read by transformers when position ids are missing
+
+# %% ../nbs/03_engines.ipynb #c446b494
+PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+
+def _penalties(s) -> tuple:
+    "`(repetition, frequency, presence)` of a `Sampling` (defaults where the fields are absent)."
+    return tuple(d if getattr(s, k, None) is None else float(getattr(s, k)) for k, d in PENALTIES.items())
+
+def apply_penalties(logits, # `[rows, vocab]` logits
+                    seen, # `[rows, vocab]` bool: the token is in the prompt or the output so far
+                    counts, # `[rows, vocab]` float: how often the token is in the output so far
+                    penalties:list, # one `(repetition, frequency, presence)` per row
+                   ):
+    "vLLM's penalties: repetition over prompt + output divides positive logits and multiplies negative ones; frequency and presence subtract over the output."
     import torch
-    if s.temperature == 0: return int(torch.argmax(logits))
-    logits = logits.float() / s.temperature
-    if s.top_k and s.top_k > 0:
-        kth = torch.topk(logits, min(s.top_k, logits.numel())).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, -1)
-    if s.min_p > 0: probs = probs.masked_fill(probs < s.min_p * probs.max(), 0)
-    if s.top_p < 1:
-        sp, si = torch.sort(probs, descending=True)
-        drop = (sp.cumsum(-1) - sp) > s.top_p
-        probs = probs.clone(); probs[si[drop]] = 0
-    return int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
+    rep, freq, pres = (torch.tensor(c, dtype=logits.dtype, device=logits.device)[:, None] for c in zip(*penalties))
+    logits = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
+    return logits - freq * counts - pres * (counts > 0).to(logits.dtype)
+
+def sample_tokens(logits, # `[rows, vocab]` logits of the last position
+                  samplings:list, # one `Sampling` per row
+                  gens:list, # one `torch.Generator` per row (used by rows with temperature > 0)
+                  seen:list|None=None, # per row: a `[vocab]` bool tensor of the prompt and output ids (rows with penalties only)
+                  counts:list|None=None, # per row: a `[vocab]` float tensor counting the output ids (rows with penalties only)
+                 ) -> list:
+    "The next token id of every row: greedy rows exactly `argmax`, the others drawn from their own generator, so no row depends on its neighbours."
+    import torch
+    pen = [i for i, s in enumerate(samplings) if _penalties(s) != tuple(PENALTIES.values())]
+    if pen:   # only the rows that ask for penalties are touched; the others keep their logits bit for bit
+        logits = logits.clone()
+        logits[pen] = apply_penalties(logits[pen], torch.stack([seen[i] for i in pen]), torch.stack([counts[i] for i in pen]),
+                                      [_penalties(samplings[i]) for i in pen])
+    out = logits.argmax(-1).tolist()
+    hot = [i for i, s in enumerate(samplings) if s.temperature > 0]
+    if not hot: return out
+    V = logits.shape[-1]
+    def filtered(s): return (s.top_k and 0 < s.top_k < V) or s.min_p > 0 or s.top_p < 1
+    for group in ([i for i in hot if not filtered(samplings[i])], [i for i in hot if filtered(samplings[i])]):
+        if not group: continue                 # a row's path depends on its own settings only, never on its neighbours'
+        x = logits[group].float() / torch.tensor([samplings[i].temperature for i in group])[:, None]
+        si = None
+        if filtered(samplings[group[0]]):
+            top_k = torch.tensor([samplings[i].top_k if 0 < samplings[i].top_k < V else V for i in group])[:, None]
+            min_p = torch.tensor([samplings[i].min_p for i in group])[:, None]
+            top_p = torch.tensor([samplings[i].top_p for i in group])[:, None]
+            x, si = torch.sort(x, -1, descending=True)
+            x = x.masked_fill(torch.arange(V)[None] >= top_k, float("-inf"))   # top-k
+        p = torch.softmax(x, -1)
+        if si is not None:
+            p = p.masked_fill(p < min_p * p[:, :1], 0)                         # min-p (relative to the most likely token)
+            p = p / p.sum(-1, keepdim=True)
+            p = p.masked_fill((p.cumsum(-1) - p) > top_p, 0)                   # top-p (the first token always stays)
+        for j, i in enumerate(group):
+            t = int(torch.multinomial(p[j], 1, generator=gens[i]))
+            out[i] = t if si is None else int(si[j, t])
+    return out
+
+# %% ../nbs/03_engines.ipynb #8e5fc09d
+@dataclass
+class _Row:
+    "One request inside the local engine: what it asked for, what it has produced, where its answer goes."
+    prompt_ids: list
+    sampling: Sampling
+    deliver: object          # deliver(generation, exception), callable from the worker thread
+    t_arrive: float
+    output_ids: list = field(default_factory=list)
+    finish: dict|None = None
+    gen: object = None       # its own torch.Generator
+    stops: set = field(default_factory=set)
+    limit: int = 0           # most new tokens: max_new_tokens, and what the context length leaves
+    seen: object = None      # penalty state, only for rows with penalties
+    counts: object = None
+    t_start: float = 0.0
+    peak_batch: int = 0
 
 class LocalEngine:
-    "In-process transformers generation on token ids; concurrent `generate` calls are batched."
+    "In-process transformers generation on token ids, continuously batched: each decode step runs every running sequence in one forward."
     kind = "local"
     def __init__(self, target, # a target name, model directory or `Target`
-                 dtype:str="float32", device:str="cpu",
-                 max_batch:int=16, # most requests run together
-                 max_batch_tokens:int=8192, # most padded prompt tokens in one batch (long prompts run in small batches)
-                 batch_wait_ms:float=5, # how long the batcher waits for more requests
+                 dtype:str="float32", # or "bfloat16" (faster on CPUs with AVX-512 BF16; greedy ids may differ from float32)
+                 device:str="cpu",
+                 max_batch:int=16, # most sequences decoded together (slots in the KV cache)
+                 threads:int|None=None, # torch threads for the forward pass (default: torch's, i.e. every core)
                 ):
         self.target = target if isinstance(target, Target) else load_target(target)
-        self.dtype, self.device, self.max_batch, self.batch_wait = dtype, device, max_batch, batch_wait_ms / 1000
-        self.max_batch_tokens = max_batch_tokens
+        self.dtype, self.device, self.max_batch, self.threads = dtype, device, max_batch, threads
         cfg = self.target.config()
         self.vocab_size = int(cfg["vocab_size"])
         self.context_length = int(cfg.get("max_position_embeddings") or 4096)
         self.eos_ids = _eos_ids(self.target.path, self.target.tokenizer)
         self._model, self._lock = None, threading.RLock()
-        self._queue, self._worker = queue.Queue(), None
-        self.stats = {"batches": 0, "requests": 0, "max_batch_seen": 0, "tokens": 0}
+        self._queue, self._worker, self._cache, self._running = queue.Queue(), None, None, []
+        self.stats = {"requests": 0, "tokens": 0, "prefill_tokens": 0, "prefill_s": 0.0, "steps": 0, "decode_s": 0.0,
+                      "max_batch_seen": 0, "threads": None}
     @property
     def model(self):
         with self._lock:
@@ -205,97 +353,148 @@ class LocalEngine:
         if bad is not None: raise PermanentError(f"token id {bad} is outside the vocabulary (size {self.vocab_size})", 400)
         if len(prompt_ids) >= self.context_length:
             raise PermanentError(f"the prompt has {len(prompt_ids)} tokens; the context length is {self.context_length}", 400)
-
-    def generate_batch(self, prompts:list, samplings) -> list:
-        "Generate for a list of prompts in one batch (blocking); `samplings` is one `Sampling` or one per prompt."
-        import torch
-        from transformers import DynamicCache
-        if isinstance(samplings, Sampling): samplings = [samplings] * len(prompts)
-        for p, s in zip(prompts, samplings): self.check_prompt(p, s)
-        model, B, t0 = self.model, len(prompts), time.time()
-        L = max(len(p) for p in prompts)
-        pad = self.eos_ids[0] if self.eos_ids else 0
-        ids = torch.full((B, L), pad, dtype=torch.long); attn = torch.zeros((B, L), dtype=torch.long)
-        for b, p in enumerate(prompts): ids[b, L - len(p):] = torch.tensor(p); attn[b, L - len(p):] = 1
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        gens = []
-        for s in samplings:
-            g = torch.Generator(); g.manual_seed(s.seed if s.seed is not None else random.getrandbits(63)); gens.append(g)
-        stops = [set(self.eos_ids) | set(s.stop_token_ids) for s in samplings]
-        limit = [min(s.max_new_tokens, self.context_length - len(p)) for s, p in zip(samplings, prompts)]
-        outs, finish = [[] for _ in range(B)], [None] * B
-        ckw = {_cache_kw(model): DynamicCache(), "use_cache": True}
-        with torch.inference_mode():
-            logits = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), position_ids=pos.to(self.device),
-                           logits_to_keep=1, **ckw).logits[:, -1, :]
-            while True:
-                nxt = []
-                for b in range(B):
-                    if finish[b] is not None: nxt.append(pad); continue
-                    t = _sample_row(logits[b], samplings[b], gens[b]); outs[b].append(t); nxt.append(t)
-                    if t in stops[b]: finish[b] = {"type": "stop", "matched": t}
-                    elif len(outs[b]) >= limit[b]: finish[b] = {"type": "length", "length": len(outs[b])}
-                if all(f is not None for f in finish): break
-                attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long)], 1)
-                pos = pos[:, -1:] + 1
-                logits = model(input_ids=torch.tensor(nxt)[:, None].to(self.device), attention_mask=attn.to(self.device),
-                               position_ids=pos.to(self.device), **ckw).logits[:, -1, :]
-        dt = time.time() - t0
-        self.stats["batches"] += 1; self.stats["requests"] += B; self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], B)
-        self.stats["tokens"] += sum(map(len, outs))
-        return [Generation(o, f, {"prompt_tokens": len(p), "completion_tokens": len(o), "cached_tokens": 0},
-                           {"batch_size": B, "engine_latency_s": round(dt, 4)}) for o, f, p in zip(outs, finish, prompts)]
-
+    def _submit(self, rows:list):
+        "Queue requests (`_Row`s, taken in together) for the worker thread, started on first use."
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._loop, daemon=True, name="eagle3nb-local-engine")
+                self._worker.start()
+        self._queue.put(rows)
     async def generate(self, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
-        "Generate for one prompt; concurrent calls (from any event loop or thread) are batched together."
+        "Generate for one prompt; concurrent calls (from any event loop or thread) share the decode steps."
         self.check_prompt(prompt_ids, sampling)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        with self._lock:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._batch_loop, daemon=True, name="eagle3nb-batcher")
-                self._worker.start()
-        self._queue.put((list(prompt_ids), sampling, loop, fut))
-        return await fut
-
-    def _batch_loop(self):
-        "Worker thread: gather queued requests for `batch_wait` seconds, run them as one batch, hand results back to each caller's loop."
-        def deliver(loop, fut, value, exc):
+        def deliver(g, exc):
             def _set():
                 if fut.done(): return
                 if exc is not None: fut.set_exception(exc)
-                else: fut.set_result(value)
+                else: fut.set_result(g)
             try: loop.call_soon_threadsafe(_set)
             except RuntimeError: pass   # the caller's loop is gone
-        def drain():
-            while True:
-                try: pending.append(self._queue.get_nowait())
-                except queue.Empty: return
-        pending = []
-        while True:
-            if not pending: pending.append(self._queue.get())
-            time.sleep(self.batch_wait); drain()
-            batch, rest = self.pick_batch(pending)
-            pending = rest
-            try: res = self.generate_batch([b[0] for b in batch], [b[1] for b in batch])
-            except Exception as e:
-                for _, _, loop, fut in batch: deliver(loop, fut, None, e)
-            else:
-                for (_, _, loop, fut), r in zip(batch, res): deliver(loop, fut, r, None)
-
-    def pick_batch(self, pending:list):
-        "The oldest request plus the requests closest to it in length, within `max_batch` and `max_batch_tokens` padded tokens."
-        anchor, others = pending[0], pending[1:]
-        others = sorted(range(len(others)), key=lambda i: abs(len(others[i][0]) - len(anchor[0])))
-        batch, longest, taken = [anchor], len(anchor[0]), set()
-        for i in others:
-            item = pending[1 + i]
-            L = max(longest, len(item[0]))
-            if len(batch) >= self.max_batch or (len(batch) + 1) * L > self.max_batch_tokens: continue
-            batch.append(item); longest = L; taken.add(1 + i)
-        return batch, [p for j, p in enumerate(pending[1:], 1) if j not in taken]
+        self._submit([_Row(list(prompt_ids), sampling, deliver, time.time())])
+        return await fut
+    def generate_batch(self, prompts:list, samplings) -> list:
+        "Generate for a list of prompts (blocking); `samplings` is one `Sampling` or one per prompt. They run together, as concurrent `generate` calls do."
+        from concurrent.futures import Future
+        if isinstance(samplings, Sampling): samplings = [samplings] * len(prompts)
+        for p, s in zip(prompts, samplings): self.check_prompt(p, s)
+        futs = [Future() for _ in prompts]
+        self._submit([_Row(list(p), s, lambda g, exc, f=f: f.set_exception(exc) if exc is not None else f.set_result(g), time.time())
+                      for p, s, f in zip(prompts, samplings, futs)])
+        return [f.result() for f in futs]
     async def start(self): return self.info()
-    async def aclose(self): pass   # the batcher is a daemon thread, shared by every caller
+    async def aclose(self): pass   # the worker is a daemon thread, shared by every caller
+
+# %% ../nbs/03_engines.ipynb #8dae55cc
+@patch
+def _slots(self:LocalEngine) -> SlotCache:
+    "The KV slot cache, sized from the model config on first use."
+    if self._cache is None:
+        cfg, m = self.target.config(), self.model
+        if any(t != "full_attention" for t in (getattr(m.config, "layer_types", None) or [])):
+            raise PermanentError(f"{self.target.path}: sliding-window or linear-attention layers are not supported by the local engine")
+        heads = int(cfg["num_attention_heads"])
+        self._cache = SlotCache(int(cfg["num_hidden_layers"]), self.max_batch, int(cfg.get("num_key_value_heads") or heads),
+                                int(cfg.get("head_dim") or cfg["hidden_size"] // heads), m.dtype, self.device, self.context_length)
+    return self._cache
+
+@patch
+def _sample(self:LocalEngine, rows:list, logits) -> list:
+    "The next token of each row (see `sample_tokens`)."
+    return sample_tokens(logits, [r.sampling for r in rows], [r.gen for r in rows], [r.seen for r in rows], [r.counts for r in rows])
+
+@patch
+def _push(self:LocalEngine, r:_Row, t:int) -> bool:
+    "Append token `t` to row `r`; if that ends it (a stop id, `max_new_tokens`, the context length), deliver it and return True."
+    r.output_ids.append(t)
+    if r.counts is not None: r.counts[t] += 1; r.seen[t] = True
+    if t in r.stops: r.finish = {"type": "stop", "matched": t}
+    elif len(r.output_ids) >= r.limit: r.finish = {"type": "length", "length": len(r.output_ids)}
+    else: return False
+    n, now = len(r.output_ids), time.time()
+    self.stats["requests"] += 1; self.stats["tokens"] += n
+    r.deliver(Generation(r.output_ids, r.finish, {"prompt_tokens": len(r.prompt_ids), "completion_tokens": n, "cached_tokens": 0},
+                         {"batch_size": r.peak_batch, "queue_s": round(r.t_start - r.t_arrive, 4),
+                          "engine_latency_s": round(now - r.t_arrive, 4)}), None)
+    return True
+
+# %% ../nbs/03_engines.ipynb #460b57d4
+@patch
+def _admit(self:LocalEngine, r:_Row):
+    "Prefill one waiting request alone, sample its first token, and give it a slot in the running batch (unless it is already done)."
+    import torch
+    from transformers import DynamicCache
+    s, model, r.t_start, t0 = r.sampling, self.model, time.time(), time.perf_counter()
+    r.gen = torch.Generator(); r.gen.manual_seed(s.seed if s.seed is not None else random.getrandbits(63))
+    r.stops = set(self.eos_ids) | set(s.stop_token_ids)
+    r.limit = min(s.max_new_tokens, self.context_length - len(r.prompt_ids))
+    if _penalties(s) != tuple(PENALTIES.values()):
+        r.seen = torch.zeros(self.vocab_size, dtype=torch.bool); r.seen[r.prompt_ids] = True
+        r.counts = torch.zeros(self.vocab_size)
+    cache = DynamicCache()
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([r.prompt_ids], device=self.device), use_cache=True, logits_to_keep=1,
+                       **{_cache_kw(model): cache}).logits[:, -1]
+    r.peak_batch = max(r.peak_batch, 1)
+    if not self._push(r, self._sample([r], logits)[0]):
+        self._slots().load(len(self._running), [(layer.keys, layer.values) for layer in cache.layers])
+        self._running.append(r)
+    self.stats["prefill_tokens"] += len(r.prompt_ids); self.stats["prefill_s"] += time.perf_counter() - t0
+
+# %% ../nbs/03_engines.ipynb #7fd43e4f
+@patch
+def _decode_step(self:LocalEngine):
+    "One forward for every running row (one new token each); finished rows leave at once, their slots refilled from the end."
+    import torch
+    rows, cache, model = self._running, self._slots(), self.model
+    n, t0 = len(rows), time.perf_counter()
+    pos, mask = cache.begin_step(n)
+    ids = torch.tensor([[r.output_ids[-1]] for r in rows], device=self.device)
+    with torch.inference_mode():
+        logits = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
+                       **{_cache_kw(model): cache}).logits[:, -1]
+    cache.end_step()
+    self.stats["steps"] += 1; self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], n)
+    for r in rows: r.peak_batch = max(r.peak_batch, n)
+    done = [i for i, (r, t) in enumerate(zip(rows, self._sample(rows, logits))) if self._push(r, t)]
+    for i in reversed(done):
+        if i != len(rows) - 1: cache.move(len(rows) - 1, i); rows[i] = rows[-1]
+        rows.pop()
+    self.stats["decode_s"] += time.perf_counter() - t0
+
+# %% ../nbs/03_engines.ipynb #0c85c37e
+def _engine_error(e:Exception, status:int) -> EngineError:
+    return e if isinstance(e, EngineError) else PermanentError(f"local engine: {type(e).__name__}: {e}", status)
+
+@patch
+def _iteration(self:LocalEngine, waiting:collections.deque):
+    "Take in what arrived, prefill it while slots are free, then run one decode step over every running row."
+    if not self._running and not waiting:
+        if self._cache is not None and self._cache.cap > 2048: self._cache = None   # give memory back when idle
+        waiting.extend(self._queue.get())
+    while True:
+        try: waiting.extend(self._queue.get_nowait())
+        except queue.Empty: break
+    while waiting and len(self._running) < self.max_batch:
+        r = waiting.popleft()
+        try: self._admit(r)
+        except Exception as e: r.deliver(None, _engine_error(e, 400))   # a request that cannot be prefilled fails alone
+    if not self._running: return
+    try: self._decode_step()
+    except Exception as e:                                              # a failed step fails its rows; the engine goes on
+        for r in self._running: r.deliver(None, _engine_error(e, 500))
+        self._running.clear(); self._cache = None
+
+@patch
+def _loop(self:LocalEngine):
+    "The worker thread: iterations, forever, under `torch.inference_mode`."
+    import torch
+    if self.threads: torch.set_num_threads(self.threads)
+    self.stats["threads"] = torch.get_num_threads()
+    waiting = collections.deque()
+    with torch.inference_mode():
+        while True: self._iteration(waiting)
 
 # %% ../nbs/03_engines.ipynb #5b7845ca
 RETRY_STATUS = {408, 429}
@@ -312,28 +511,39 @@ def _error_message(r) -> str:
         if body.get("detail"): return _snippet(body["detail"])
     return _snippet(body)
 
+def attempt_rid(rid, attempt:int):
+    "The request id of attempt `attempt` (1-based): `rid` first, then `{rid}~a{attempt}`, so a retry never reuses a live id."
+    return rid if rid is None or attempt == 1 else f"{rid}~a{attempt}"
+
 class HTTPEngine:
     "Shared HTTP plumbing: one `httpx.AsyncClient`, retries with capped exponential backoff and jitter."
     kind = "http"
     def __init__(self, url:str, # server base URL, e.g. http://127.0.0.1:30000
-                 timeout:float=600, # seconds for one request
+                 timeout:float=600, # base read timeout in seconds (and the whole budget of non-generating calls)
+                 timeout_per_token:float=0.1, # read-timeout seconds added per `max_new_tokens` token of a generation
+                 connect_timeout:float=30, # seconds to establish a connection
                  max_retries:int=6, backoff:float=0.5, max_backoff:float=30,
                  transport=None, # an httpx transport (e.g. `httpx.ASGITransport(app)` for in-process tests)
                 ):
         import httpx
         self.url = url.rstrip("/")
+        self.timeout, self.timeout_per_token, self.connect_timeout = timeout, timeout_per_token, connect_timeout
         self.max_retries, self.backoff, self.max_backoff = max_retries, backoff, max_backoff
-        self.client = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport,
+        self.client = httpx.AsyncClient(base_url=self.url, timeout=self.request_timeout(), transport=transport,
                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
         self.server = {}
-    async def _request(self, method:str, path:str, body=None):
-        "One request with the fault policy; returns `(json, attempts)`."
+    def request_timeout(self, max_new_tokens:int=0):
+        "An `httpx.Timeout` whose read (and write/pool) budget grows with the tokens a request may generate."
         import httpx
-        attempt = 0
+        return httpx.Timeout(self.timeout + self.timeout_per_token * max_new_tokens, connect=self.connect_timeout)
+    async def _request(self, method:str, path:str, body=None, max_new_tokens:int=0):
+        "One request with the fault policy (`body` may be a function of the attempt number); returns `(json, attempts)`."
+        import httpx
+        attempt, timeout = 0, self.request_timeout(max_new_tokens)
         while True:
             attempt += 1
             try:
-                r = await self.client.request(method, path, json=body)
+                r = await self.client.request(method, path, json=body(attempt) if callable(body) else body, timeout=timeout)
                 if r.status_code == 200:
                     try: return r.json(), attempt
                     except ValueError: raise PermanentError(f"malformed JSON from {path}: {_snippet(r.text)}", 200)
@@ -354,6 +564,13 @@ class HTTPEngine:
             if getattr(r, "status_code", None) == 200: return
             if time.time() - t0 > wait_s: raise TransientError(f"{self.url}{path} not ready after {wait_s:.0f} s: {_snippet(str(r))}")
             await asyncio.sleep(1)
+    async def _max_model_len(self):
+        "`max_model_len` of the first model on `/v1/models` (SGLang and vLLM), or None."
+        try: models, _ = await self._request("GET", "/v1/models")
+        except EngineError: return None
+        data = models.get("data") if isinstance(models, dict) else None
+        n = data[0].get("max_model_len") if data and isinstance(data[0], dict) else None
+        return int(n) if isinstance(n, int) and n > 0 else None
     async def aclose(self): await self.client.aclose()
     def info(self) -> dict:
         return {"kind": self.kind, "url": self.url, "version": self.server.get("version"), "model": self.server.get("model"),
@@ -363,38 +580,43 @@ class SGLangEngine(HTTPEngine):
     "SGLang's native `/generate` with `input_ids`: token ids in, `output_ids` out."
     kind = "sglang"
     async def start(self, wait_s:float=600) -> dict:
-        "Wait until `/health_generate` answers, then read `/get_server_info` and `/get_model_info`."
+        "Wait until `/health_generate` answers, then read `/get_server_info`, `/get_model_info` and `/v1/models` (the context length)."
         await self.wait_ready("/health_generate", wait_s)
         si, _ = await self._request("GET", "/get_server_info")
         mi, _ = await self._request("GET", "/get_model_info")
-        self.server = {"version": si.get("version"), "context_length": si.get("context_length"),
+        self.server = {"version": si.get("version"), "context_length": await self._max_model_len() or si.get("context_length"),
                        "skip_tokenizer_init": si.get("skip_tokenizer_init"), "dp_size": si.get("dp_size"),
                        "model": mi.get("model_path"), "tokenizer": mi.get("tokenizer_path")}
         return self.info()
     async def generate(self, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
-        "One `/generate` request; the answer passes `check_sglang`."
+        "One `/generate` request (a fresh rid per attempt); the answer passes `check_sglang`."
         t0 = time.time()
         body = {"input_ids": list(prompt_ids), "sampling_params": sampling.to_sglang(), "stream": False}
-        if rid is not None: body["rid"] = rid
-        resp, attempts = await self._request("POST", "/generate", body)
+        def at(n): return {**body, "rid": attempt_rid(rid, n)} if rid is not None else body
+        resp, attempts = await self._request("POST", "/generate", at, sampling.max_new_tokens)
         if isinstance(resp, list): resp = resp[0] if len(resp) == 1 else resp
         g = check_sglang(resp, prompt_ids)
         g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
+        if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
         return g
     async def generate_many(self, prompts:list, sampling, rids:list|None=None) -> list:
         "One batched `/generate` request (a list of `input_ids`; `sampling` one or one per prompt); answers in input order, a `PermanentError` in place of a bad one."
         t0 = time.time()
-        sp = [s.to_sglang() for s in sampling] if isinstance(sampling, (list, tuple)) else sampling.to_sglang()
+        many = isinstance(sampling, (list, tuple))
+        sp = [s.to_sglang() for s in sampling] if many else sampling.to_sglang()
         body = {"input_ids": [list(p) for p in prompts], "sampling_params": sp, "stream": False}
-        if rids is not None: body["rid"] = list(rids)
-        resp, attempts = await self._request("POST", "/generate", body)
+        def at(n): return {**body, "rid": [attempt_rid(r, n) for r in rids]} if rids is not None else body
+        longest = max(s.max_new_tokens for s in sampling) if many else sampling.max_new_tokens
+        resp, attempts = await self._request("POST", "/generate", at, longest)
         if not isinstance(resp, list) or len(resp) != len(prompts):
             raise PermanentError(f"a batch of {len(prompts)} got {type(resp).__name__} of {len(resp) if isinstance(resp, list) else 1}")
         out = []
-        for p, r in zip(prompts, resp):
+        for k, (p, r) in enumerate(zip(prompts, resp)):
             try: g = check_sglang(r, p)
             except PermanentError as e: g = e
-            else: g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4), batch=len(prompts))
+            else:
+                g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4), batch=len(prompts))
+                if rids is not None: g.meta["rid"] = attempt_rid(rids[k], attempts)
             out.append(g)
         return out
 
@@ -402,7 +624,7 @@ class VLLMEngine(HTTPEngine):
     "vLLM's `/v1/completions` with a token-id prompt and `return_token_ids`."
     kind = "vllm"
     async def start(self, wait_s:float=600) -> dict:
-        "Wait for `/health`, then read the served model name (`/v1/models`) and `/version`."
+        "Wait for `/health`, then read the served model name and `max_model_len` (`/v1/models`) and `/version`."
         await self.wait_ready("/health", wait_s)
         models, _ = await self._request("GET", "/v1/models")
         m = models["data"][0]
@@ -411,17 +633,21 @@ class VLLMEngine(HTTPEngine):
         self.server = {"version": version, "model": m["id"], "context_length": m.get("max_model_len")}
         return self.info()
     async def generate(self, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
-        "One completion request; the answer passes `check_vllm`."
+        "One completion request (a fresh request id per attempt); the answer passes `check_vllm`."
         t0 = time.time()
         body = {"model": self.server.get("model"), "prompt": list(prompt_ids), "n": 1, "stream": False,
                 "return_token_ids": True, **sampling.to_vllm()}
-        if rid is not None: body["request_id"] = rid
-        resp, attempts = await self._request("POST", "/v1/completions", body)
+        def at(n): return {**body, "request_id": attempt_rid(rid, n)} if rid is not None else body
+        resp, attempts = await self._request("POST", "/v1/completions", at, sampling.max_new_tokens)
         ch = (resp.get("choices") or [None])[0] if isinstance(resp, dict) else None
         g = check_vllm(ch, prompt_ids, resp.get("usage") if isinstance(resp, dict) else None)
         if g.usage.get("completion_tokens") not in (None, len(g.output_ids)):
             raise PermanentError(f"usage.completion_tokens={g.usage['completion_tokens']} != len(token_ids)={len(g.output_ids)}")
+        if g.usage.get("prompt_tokens") not in (None, len(prompt_ids)):
+            raise PermanentError(f"usage.prompt_tokens={g.usage['prompt_tokens']} != len(prompt_ids)={len(prompt_ids)}: "
+                                 "the server did not generate from the prompt sent")
         g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
+        if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
         return g
 
 ENGINES = {"sglang": SGLangEngine, "vllm": VLLMEngine}

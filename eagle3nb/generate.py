@@ -38,7 +38,8 @@ def summarize(records:list) -> dict:
     return {"finish": dict(Counter(r["finish_reason"]["type"] for r in records)),
             "output_tokens": sum(lens), "prompt_tokens": sum(len(r["prompt_ids"]) for r in records),
             "output_len": {"min": lens[0] if lens else None, "p50": pct(0.5), "p90": pct(0.9), "max": lens[-1] if lens else None},
-            "repaired": sum(1 for r in records if r.get("meta", {}).get("repaired_prompt_prefix"))}
+            "repaired": sum(1 for r in records if r.get("meta", {}).get("repaired_prompt_prefix")),
+            "clamped": sum(1 for r in records if r.get("meta", {}).get("max_new_tokens_clamped"))}
 
 async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`, writes `generate/`)
                          engines:list, # started or unstarted engines (`SGLangEngine`, `VLLMEngine`, `LocalEngine`)
@@ -49,7 +50,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                          limit:int|None=None, # only the first `limit` prompts
                          prompts_path=None, # read prompts from here instead of `run/prompts/prompts.jsonl`
                          progress:bool=True,
-                         max_prompt_tokens:int|None=None, # skip longer prompts (default: the smallest engine context minus 1)
+                         max_prompt_tokens:int|None=None, # skip longer prompts (default: the smallest engine context minus 2, room for one token)
                          batch_size:int=1, # prompts per request where the engine takes batches (SGLang: a list of input_ids)
                         ) -> dict:
     "Generate for every prompt of a run that has no result yet; return the manifest."
@@ -62,19 +63,22 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     if limit is not None: prompts = prompts[:limit]
     infos = [await e.start() for e in engines]
     ctx = [i.get("context_length") for i in infos if i.get("context_length")]
-    if max_prompt_tokens is None and ctx: max_prompt_tokens = min(ctx) - 1
+    # SGLang refuses prompt + max_new_tokens >= context length: a prompt needs room for at least one new token
+    if max_prompt_tokens is None and ctx: max_prompt_tokens = min(ctx) - 2
     for p in (ok_p, fail_p, skip_p):   # cut torn tails once, before reading what is done
         if p.exists(): JsonlWriter(p).close()
     done, failed, skipped = _ids_in(ok_p), _ids_in(fail_p), _ids_in(skip_p)
     if retry_failed and failed:
         _rewrite_without(fail_p, failed); failed = set()
-    items, seen, dups, n_dup = [], set(), [], Counter()
+    items, seen, dups, n_dup, item_ids = [], set(), [], Counter(), set()   # item_ids: this run's item set, duplicates included
     for it in work_items(prompts, n, sampling):
         if it[0] in seen:   # a repeated prompt id: its k-th repeat is skipped as `<id>#dup<k>`, once across reruns
             n_dup[it[0]] += 1
             dup_id = f"{it[0]}#dup{n_dup[it[0]]}"
+            item_ids.add(dup_id)
             if dup_id not in skipped: dups.append((dup_id, it))
             continue
+        item_ids.add(it[0])
         seen.add(it[0])
         if it[0] not in done | failed | skipped: items.append(it)
     queue = asyncio.Queue()
@@ -85,7 +89,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
         for dup_id, it in dups:
             skip_w.write({"id": dup_id, "prompt_id": it[1]["id"], "sample": it[2],
                           "reason": "duplicate prompt id in the input"}); stats["new_skipped"] += 1
-        def finish(it, engine_info, result, latency):
+        def finish(it, engine_info, result, latency, clamp=None):
             "Write one item's outcome: a `Generation` or an exception."
             gid, rec, k, s = it
             base = {"id": gid, "prompt_id": rec["id"], "sample": k}
@@ -97,6 +101,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                 fail_w.write({**base, "reason": f"{type(result).__name__}: {result}", "transient": False, "status": None, "engine": where})
                 stats["new_failed"] += 1
             else:
+                if clamp: result.meta["max_new_tokens_clamped"] = clamp
                 ok_w.write({**base, "prompt_ids": rec["prompt_ids"], "output_ids": result.output_ids, "finish_reason": result.finish_reason,
                             "sampling": asdict(s), "engine": {k2: engine_info.get(k2) for k2 in ("kind", "url", "version", "model")},
                             "usage": result.usage, "timings": {"latency_s": round(latency, 4)}, "meta": result.meta})
@@ -105,19 +110,30 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
             el = time.time() - t0
             bar.set_postfix(tok_s=f"{stats['tokens'] / el:.0f}" if el else "-", failed=stats["new_failed"], refresh=False)
 
+        def skip(it, reason):
+            skip_w.write({"id": it[0], "prompt_id": it[1]["id"], "sample": it[2], "reason": reason})
+            stats["new_skipped"] += 1; bar.update(1)
+
         async def worker(engine, info):
             many = batch_size > 1 and hasattr(engine, "generate_many")
+            ctx_e = info.get("context_length")
             while True:
-                batch = []
+                batch, clamps = [], []
                 while len(batch) < (batch_size if many else 1):
                     try: it = queue.get_nowait()
                     except asyncio.QueueEmpty: break
                     n_ids = len(it[1]["prompt_ids"])
                     if max_prompt_tokens and n_ids > max_prompt_tokens:
-                        skip_w.write({"id": it[0], "prompt_id": it[1]["id"], "sample": it[2],
-                                      "reason": f"prompt has {n_ids} tokens > {max_prompt_tokens} (engine context)"})
-                        stats["new_skipped"] += 1; bar.update(1); continue
-                    batch.append(it)
+                        skip(it, f"prompt has {n_ids} tokens > {max_prompt_tokens} (engine context {min(ctx) if ctx else '?'} "
+                                 "less room for one new token)"); continue
+                    room = ctx_e - 1 - n_ids if ctx_e else None   # what fits after the prompt (SGLang: prompt + new < context)
+                    if room is not None and room < 1:
+                        skip(it, f"prompt has {n_ids} tokens: no room for a new token in {info['kind']} context {ctx_e}"); continue
+                    clamp = None
+                    if room is not None and it[3].max_new_tokens > room:   # clamp this prompt's budget to what fits, and record it
+                        clamp = {"asked": it[3].max_new_tokens, "sent": room, "context_length": ctx_e}
+                        it = (*it[:3], Sampling(**{**asdict(it[3]), "max_new_tokens": room}))
+                    batch.append(it); clamps.append(clamp)
                 if not batch: return
                 t1 = time.time()
                 if many:   # one request carrying a list of input_ids (SGLang); answers in input order
@@ -133,15 +149,18 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                 else:
                     try: results = [await engine.generate(batch[0][1]["prompt_ids"], batch[0][3], batch[0][0])]
                     except Exception as e: results = [e]
-                for it, r in zip(batch, results): finish(it, info, r, time.time() - t1)
+                for it, r, c in zip(batch, results, clamps): finish(it, info, r, time.time() - t1, c)
         await asyncio.gather(*[worker(e, i) for e, i in zip(engines, infos) for _ in range(concurrency)])
     bar.close()
     dt = time.time() - t0
-    ok_recs = [o for _, o in JsonlReader(ok_p)]
-    n_ok, n_fail, n_skip = len(ok_recs), len(_ids_in(fail_p)), len(_ids_in(skip_p))
+    all_ok = [o for _, o in JsonlReader(ok_p)]
+    ok_recs = [o for o in all_ok if o["id"] in item_ids]   # counted against this run's items (another --limit or --prompts)
+    fail_ids, skip_ids = _ids_in(fail_p), _ids_in(skip_p)
+    n_ok, n_fail, n_skip = len(ok_recs), len(fail_ids & item_ids), len(skip_ids & item_ids)
     n_items = len(prompts) * n
     counts = {"items": n_items, "success": n_ok, "failed": n_fail, "skipped": n_skip,
-              "this_run": stats, "prompts": len(prompts), "n": n}
+              "this_run": stats, "prompts": len(prompts), "n": n,
+              "not_in_items": {"success": len(all_ok) - n_ok, "failed": len(fail_ids - item_ids), "skipped": len(skip_ids - item_ids)}}
     if n_ok + n_fail + n_skip != n_items:
         raise RuntimeError(f"accounting error in {out}: success {n_ok} + failed {n_fail} + skipped {n_skip} != items {n_items}")
     return write_manifest(out, "generate",

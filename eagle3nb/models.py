@@ -62,7 +62,7 @@ def _convert_smollm2(out:Path):
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=False)
 
-def _build_tiny(out:Path, arch:str, seed:int=0):
+def _build_tiny(out:Path, arch:str, seed:int=0, vocab_size:int|None=None, bigram:bool=False):
     import torch
     from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
     if arch == "qwen3":
@@ -72,22 +72,26 @@ def _build_tiny(out:Path, arch:str, seed:int=0):
         cls = Qwen3ForCausalLM
     else:
         tok = AutoTokenizer.from_pretrained(target_dir("smollm2"), local_files_only=True)
-        cfg = LlamaConfig(vocab_size=len(tok), **TINY, bos_token_id=tok.bos_token_id,
+        cfg = LlamaConfig(vocab_size=vocab_size or len(tok), **TINY, bos_token_id=tok.bos_token_id,
                           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         cls = LlamaForCausalLM
     torch.manual_seed(seed)
     model = cls(cfg).to(torch.float32)
+    if bigram:   # every layer adds nothing: the next token is a fixed function of the current one
+        with torch.no_grad():
+            for layer in model.model.layers: layer.self_attn.o_proj.weight.zero_(); layer.mlp.down_proj.weight.zero_()
     model.generation_config = GenerationConfig(bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id,
                                                pad_token_id=cfg.pad_token_id)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
-    (out/"eagle3nb_source.json").write_text(json.dumps({"built_from": f"tiny-{arch}", "seed": seed}) + "\n")
+    (out/"eagle3nb_source.json").write_text(json.dumps({"built_from": f"tiny-{arch}", "seed": seed, "bigram": bigram}) + "\n")
 
 # %% ../nbs/01_models.ipynb #2d3af9ca
 BUILDERS = {
     "smollm2": _convert_smollm2,
     "tiny-qwen3": lambda out: _build_tiny(out, "qwen3"),
     "tiny-llama": lambda out: _build_tiny(out, "llama"),
+    "tiny-bigram": lambda out: _build_tiny(out, "llama", vocab_size=512, bigram=True),
 }
 
 def target_dir(name_or_path) -> Path:

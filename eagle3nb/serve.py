@@ -179,6 +179,9 @@ def serve(target, host:str="127.0.0.1", port:int=30000, max_batch:int=16, dtype:
     "Serve `target` in the foreground until interrupted; with `url_file`, write the URL there once listening."
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding to {host}: eagle3nb serve is meant for loopback use")
+    import os, sys
+    if "torch" not in sys.modules:   # OpenMP reads this once, when torch loads: idle threads sleep instead of spinning, so
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # the HTTP thread and other processes keep their share of the cores
     engine = LocalEngine(target, dtype=dtype, max_batch=max_batch)
     engine.model   # load before listening, so /health means ready
     st = ServerThread(create_app(engine, served_model_name), host, port).start()

@@ -60,7 +60,7 @@ def draft_vocab(counts:Counter, n:int, vocab_size:int) -> DraftVocab:
 def run_of_ones(mask):
     "`r[b, t]` = how many consecutive ones start at `t` in `mask` `[B, T]`."
     T = mask.shape[1]
-    t = torch.arange(T).expand_as(mask)
+    t = torch.arange(T, device=mask.device).expand_as(mask)
     zero_at = torch.where(mask.bool(), torch.full_like(t, T), t)        # position of each zero, T elsewhere
     next_zero = zero_at.flip(1).cummin(1).values.flip(1)               # first zero at or after t
     return next_zero - t
@@ -79,6 +79,9 @@ class Batch:
     final: object       # [B, T, H] float32 (post-norm)
     loss_mask: object   # [B, T] long, 0 on padding
     lengths: list
+    def to(self, device):
+        "The same batch on `device`."
+        return Batch(self.ids, *(t.to(device) for t in (self.input_ids, self.aux, self.final, self.loss_mask)), self.lengths)
 
 def pad_batch(ids:list, samples:list) -> Batch:
     "Stack `samples` (dicts of `input_ids`, `aux`, `final`, `loss_mask` per record) into a `Batch`."
@@ -162,14 +165,14 @@ class Teacher:
     "The target's next-token distribution from post-norm final states, via its `lm_head` only."
     def __init__(self, lm_head_weight, draft_ids:list, chunk:int=1024):
         self.W = lm_head_weight.float()
-        self.ids = torch.as_tensor(draft_ids, dtype=torch.long)
+        self.ids = torch.as_tensor(draft_ids, dtype=torch.long, device=self.W.device)
         self.Wd, self.chunk = self.W[self.ids], chunk
-        self.t2d = torch.zeros(self.W.shape[0], dtype=torch.bool)
+        self.t2d = torch.zeros(self.W.shape[0], dtype=torch.bool, device=self.W.device)
         self.t2d[self.ids] = True
     def __call__(self, final_rows) -> tuple:
         "`(log-probs over the draft vocab [M, N], full-vocabulary argmax [M])` for final states `[M, H]`."
         arg = torch.cat([(c @ self.W.T).argmax(-1) for c in final_rows.split(self.chunk)]) if len(final_rows) else \
-            torch.zeros(0, dtype=torch.long)
+            torch.zeros(0, dtype=torch.long, device=final_rows.device)
         return torch.log_softmax(final_rows @ self.Wd.T, -1), arg
 
 # %% ../nbs/09_train.ipynb #c78e1f64
@@ -185,8 +188,8 @@ class StepPlan:
 def plan_steps(batch:Batch, teacher:Teacher, steps:int) -> list:
     "One `StepPlan` per TTT step; the teacher runs once per position whose next token is a label."
     rows = shift_left(batch.loss_mask, 1).bool()         # positions t with loss_mask[t+1] = 1
-    row_of = torch.full(rows.shape, -1, dtype=torch.long)
-    row_of[rows] = torch.arange(int(rows.sum()))
+    row_of = torch.full(rows.shape, -1, dtype=torch.long, device=rows.device)
+    row_of[rows] = torch.arange(int(rows.sum()), device=rows.device)
     logp, arg = teacher(batch.final[rows])
     plans = []
     for k in range(steps):
@@ -272,10 +275,13 @@ def _dist() -> tuple:
     return int(os.environ.get("RANK", "0")), world
 
 def _allreduce(t):
-    "Sum a tensor over processes (a no-op in one process)."
+    "Sum a tensor over processes (a no-op in one process); NCCL reduces on this process's GPU."
     import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized(): dist.all_reduce(t)
-    return t
+    if not (dist.is_available() and dist.is_initialized()): return t
+    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else t.device
+    r = t.to(dev)
+    dist.all_reduce(r)
+    return r.to(t.device)
 
 def lr_at(step:int, cfg:TrainConfig, total:int) -> float:
     "Linear warmup then cosine decay to 10% of the peak."
@@ -293,7 +299,8 @@ def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list
     opt.zero_grad(set_to_none=False)
     params = [p for p in drafter.parameters() if p.requires_grad]
     if batch is not None:
-        loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=batch.aux.is_cuda):   # fp32 on CPU, bf16 autocast on GPU
+            loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den)
         if not torch.isfinite(loss): raise FloatingPointError(f"non-finite loss {float(loss)} on records {batch.ids[:4]}")
         loss.backward()
     else: stats = [{"loss_sum": 0.0, "supervised": 0, "right": 0, "full": 0, "chains": 0} for _ in range(K)]
@@ -316,7 +323,7 @@ def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, ra
     for ids in batches:
         mine = ids[rank::world]
         if mine:
-            b = source.batch(mine)
+            b = source.batch(mine).to(teacher.W.device)
             _, st = ttt_loss(drafter, b, plan_steps(b, teacher, cfg.ttt_steps), cfg.decay)
         else: st = [{"loss_sum": 0.0, "supervised": 0, "right": 0, "full": 0, "chains": 0} for _ in range(cfg.ttt_steps)]
         acc = add_stats(acc, st)
@@ -380,12 +387,15 @@ def _source(run:Path, cfg:TrainConfig, target, aux_layers, records):
 def train(run, # run directory: reads capture/ (or validate/ when online), writes train/
           cfg:TrainConfig|None=None, target=None, aux_layers:list|None=None, records=None,
           fresh:bool=False, # start over even if checkpoints exist
+          device:str|None=None, # default: this rank's GPU, else CPU
           progress:bool=True, **overrides) -> dict|None:
     "Train an EAGLE-3 drafter with training-time test; return the manifest (on rank 0)."
     from tqdm.auto import tqdm
     cfg = TrainConfig(**{**(asdict(cfg) if cfg else {}), **overrides}).check()
     t0, run = time.time(), Path(run)
     rank, world = _dist()
+    device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
+    if str(device).startswith("cuda"): torch.cuda.set_device(device)
     torch.manual_seed(cfg.seed)
     src = _source(run, cfg, target, aux_layers, records)
     out, ckdir = stage_dir(run, "train"), run/"train"/"checkpoints"
@@ -398,18 +408,18 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     V = int(tgt_cfg.get("text_config", tgt_cfg)["vocab_size"])
     ck = latest_checkpoint(ckdir)
     if ck is not None:
-        state = torch.load(ck, weights_only=False)
+        state = torch.load(ck, weights_only=False, map_location="cpu")
         _check_resume(state["config"], cfg, ck)
         vocab = DraftVocab(**state["vocab"])
     else: vocab, state = draft_vocab(src.counts(set(tr_ids)), cfg.draft_vocab_size or min(32000, V), V), None
-    drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head, cfg.seed)
+    drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head, cfg.seed).to(device)
     opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     step = 0
     if state is not None:
         drafter.load_state_dict(state["model"], strict=False)
         opt.load_state_dict(state["optimizer"])
         step = state["step"]
-    teacher = Teacher(target_lm_head(src.target), vocab.ids)
+    teacher = Teacher(target_lm_head(src.target).to(device), vocab.ids)
     per_epoch = length_batches([(i, items[i]) for i in tr_ids], cfg.batch_tokens, cfg.seed, 0)
     total = cfg.max_steps or cfg.epochs * len(per_epoch)
     held = length_batches([(i, items[i]) for i in ho_ids], cfg.batch_tokens, cfg.seed, 0)[:cfg.eval_batches]
@@ -429,7 +439,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
             ids = length_batches([(i, items[i]) for i in tr_ids], cfg.batch_tokens, cfg.seed, ep)[bi]
             mine = ids[rank::world]
             for g in opt.param_groups: g["lr"] = lr_at(step, cfg, total)
-            try: st = train_step(drafter, opt, src.batch(mine) if mine else None, teacher, cfg)
+            try: st = train_step(drafter, opt, src.batch(mine).to(device) if mine else None, teacher, cfg)
             except FloatingPointError as e:
                 raise RuntimeError(f"step {step + 1}: {e}; the last good checkpoint is {latest_checkpoint(ckdir)} "
                                    "(lower --lr, or check the capture for outliers)") from None
@@ -452,7 +462,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
         bar.close()
         if log: log.close()
     if rank != 0: return None
-    save_drafter(drafter, out/"drafter", {"eagle3nb_train": {**asdict(cfg), **note}})
+    save_drafter(drafter.cpu(), out/"drafter", {"eagle3nb_train": {**asdict(cfg), **note}})
     rows = [r for _, r in JsonlReader(mpath)]
     plots = plot_training(rows, note, out/"plots")
     final = {s: next((r for r in reversed(rows) if r["split"] == s), None) for s in ("train", "heldout")}

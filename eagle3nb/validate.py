@@ -14,7 +14,7 @@ from .models import load_tokenizer
 from .prompts import render_prompt, normalize_row, Reject
 
 # %% auto #0
-__all__ = ['FAMILIES', 'SEGMENT_COLORS', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile', 'Problem',
+__all__ = ['FAMILIES', 'SEGMENT_COLORS', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile', 'Problem', 'is_truncated',
            'segment_output', 'loss_mask_from_segments', 'assistant_message', 'next_turn_prompt', 'check_record',
            'validate', 'report_markdown', 'plot_report', 'tokens_html', 'token_inspector']
 
@@ -151,6 +151,10 @@ def _prompt_reasoning_state(prof, prompt_ids) -> str:
         if t == prof.think_close: return "closed"
     return "none"
 
+def is_truncated(prof:TokenProfile, output_ids:list, finish:dict) -> bool:
+    "A `length` finish that did not end the turn (SGLang reports an end of turn that used the last allowed token as `length`)."
+    return (finish or {}).get("type") == "length" and not (output_ids and output_ids[-1] in prof.end_ids)
+
 def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:dict, tok=None) -> tuple:
     "Segments `[kind, start, end)` of the output (positions in `output_ids`) and the `Problem`s found."
     if prof.harmony: return _segment_harmony(prof, output_ids, finish, tok)
@@ -199,9 +203,9 @@ def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:d
         elif t in prof.forbidden_ids:
             probs.append(Problem("turn_start", i, f"{prof.names.get(t, t)} inside the output: the model ran into a new turn"))
     if n > start: segs.append([kind, start, n])
-    if finish.get("type") == "length":
+    if is_truncated(prof, output_ids, finish):
         probs.append(Problem("truncated", n, f"finish_reason length after {n} tokens: no end of turn"))
-    elif finish.get("type") == "stop":
+    elif finish.get("type") in ("stop", "length"):   # a stop, or a length whose last id ended the turn
         if not output_ids or output_ids[-1] not in prof.end_ids:
             last = output_ids[-1] if output_ids else None
             probs.append(Problem("end", n - 1 if n else None, f"stopped on {prof.names.get(last, last)}, not an end of turn"))
@@ -243,15 +247,15 @@ def _segment_harmony(prof, out, finish, tok):
             if k != n - 1: probs.append(Problem("end", k, "the turn ended before the output did"))
             i = n; break
         segs[-1][2] = k + 1; i = k + 1
-    if finish.get("type") == "length": probs.append(Problem("truncated", n, f"finish_reason length after {n} tokens"))
-    elif finish.get("type") == "stop" and (not out or out[-1] not in prof.end_ids):
+    if is_truncated(prof, out, finish): probs.append(Problem("truncated", n, f"finish_reason length after {n} tokens"))
+    elif finish.get("type") in ("stop", "length") and (not out or out[-1] not in prof.end_ids):
         probs.append(Problem("end", n - 1 if n else None, "stopped without <|return|> or <|call|>"))
     return segs, probs
 
 # %% ../nbs/06_validate.ipynb #a42107da
 def loss_mask_from_segments(n_prompt:int, segments:list, n_output:int, mask_reasoning:bool=False, mask_tool_calls:bool=False) -> list:
     "0/1 per token of `prompt_ids + output_ids`: 1 where that token is a training label."
-    off = {"header"} | ({"reasoning"} if mask_reasoning else set()) | ({"tool_call"} if mask_tool_calls else set())
+    off = ({"reasoning"} if mask_reasoning else set()) | ({"tool_call"} if mask_tool_calls else set())   # headers the model generates are labels
     m = [0] * (n_prompt + n_output)
     for kind, s, e in segments:
         if kind not in off:
@@ -315,7 +319,19 @@ def _window(tok, ids, pos, w=6) -> dict:
 def _first_diff(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
-def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, keep_truncated:bool=False) -> tuple:
+def _finish_problems(fr:dict, out:list) -> list:
+    "A token stop must name the id it matched, and that id must be the last output id."
+    if fr.get("type") not in ("stop", "length"): return [Problem("finish", None, f"unknown finish_reason {fr!r}")]
+    if fr["type"] != "stop": return []
+    m = fr.get("matched")
+    if not isinstance(m, int) or isinstance(m, bool):
+        return [Problem("finish", None, f"finish_reason stop matched {m!r}, not a token id (SGLang's 'NaN happened' ends a "
+                                        "sample whose sampled id fell outside the vocabulary with an EOS id)")]
+    if not out or out[-1] != m:
+        return [Problem("finish", len(out) - 1 if out else None, f"finish matched {m} but the last output id is {out[-1] if out else None}")]
+    return []
+
+def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, drop_truncated:bool=False) -> tuple:
     "Every check on one generation record: `(segments over the output, problems, checked)`."
     probs, checked = [], {"prompt_rerender": False}
     pids, out = rec["prompt_ids"], rec["output_ids"]
@@ -333,28 +349,48 @@ def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, ke
     if bad_p is not None: probs.append(Problem("vocab", None, f"prompt id {bad_p} outside the vocabulary"))
     n = (rec.get("usage") or {}).get("completion_tokens")
     if n is not None and n != len(out): probs.append(Problem("count", None, f"completion_tokens {n} != len(output_ids) {len(out)}"))
+    probs += _finish_problems(rec.get("finish_reason") or {}, out)
     segs, more = segment_output(prof, pids, out, rec.get("finish_reason") or {}, tok)
-    if keep_truncated: more = [p for p in more if p.check != "truncated"]
+    if not drop_truncated: more = [p for p in more if p.check != "truncated"]
     return segs, probs + more, checked
 
+def _find_prompts(run:Path, gpath:Path, prompts=None) -> Path|None:
+    "The prompt records the generations came from: `prompts`, else the generate manifest's `prompts`, else run/prompts/prompts.jsonl."
+    if prompts is not None:
+        if not Path(prompts).exists(): raise InputError(f"--prompts {prompts}: no such file")
+        return Path(prompts)
+    gm = gpath.parent/"manifest.json"
+    if gm.exists():
+        p = (json.loads(gm.read_text()).get("config") or {}).get("prompts")
+        if p and Path(p).exists(): return Path(p)
+    p = run/"prompts"/"prompts.jsonl"
+    return p if p.exists() else None
+
+def _find_target(run:Path, ppath:Path|None):
+    "The tokenizer the prompts were rendered with: from the prompts stage's manifest, or the manifest beside the prompts file."
+    for mp in (run/"prompts"/"manifest.json", ppath.parent/"manifest.json" if ppath else None):
+        if mp is not None and mp.exists():
+            t = (json.loads(mp.read_text()).get("config") or {}).get("target")
+            if t: return t
+    raise InputError(f"{run}: no prompts manifest to take the target from (looked in {run/'prompts'}"
+                     f"{' and ' + str(ppath.parent) if ppath else ''}); pass --target")
+
 def validate(run, # the run directory (reads generate/ and prompts/, writes validate/)
-             target=None, # tokenizer source: model dir or name (default: the prompts stage's target)
+             target=None, # tokenizer source: model dir or name (default: the prompts' target)
              family:str|None=None, # override the detected family
-             keep_truncated:bool=False, # keep length-truncated samples (never with an appended end of turn)
+             drop_truncated:bool=False, # reject length-truncated samples (by default they are kept, flagged, never given an end of turn)
              mask_reasoning:bool=False, mask_tool_calls:bool=False, # exclude these segments from the loss
              generations=None, # read generation records from here instead of run/generate/generations.jsonl
+             prompts=None, # prompt records (default: the generate manifest's `prompts`, else run/prompts/prompts.jsonl)
              progress:bool=True) -> dict:
     "Check, segment and mask every generation record of a run; write records, rejects, report, SpecForge rows and next-turn prompts."
     from tqdm.auto import tqdm
     t0, run = time.time(), Path(run)
     gpath = Path(generations) if generations else run/"generate"/"generations.jsonl"
     if not gpath.exists(): raise InputError(f"{gpath}: no generation records; run `eagle3nb generate` first")
-    ppath = run/"prompts"/"prompts.jsonl"
-    prompts = {o["id"]: o for _, o in JsonlReader(ppath)} if ppath.exists() else {}
-    if target is None:
-        mp = run/"prompts"/"manifest.json"
-        if not mp.exists(): raise InputError(f"{run}: no prompts manifest to take the target from; pass --target")
-        target = json.loads(mp.read_text())["config"]["target"]
+    ppath = _find_prompts(run, gpath, prompts)   # a turn-1 run has no prompts/ of its own: its generate manifest names them
+    prompts = {o["id"]: o for _, o in JsonlReader(ppath)} if ppath else {}
+    if target is None: target = _find_target(run, ppath)
     tok = load_tokenizer(target)
     prof = derive_profile(tok, family)
     out = stage_dir(run, "validate")
@@ -363,7 +399,7 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
     for p in tmp.values(): p.unlink(missing_ok=True)
     tally, by_check, finish, checked = Tally(), Counter(), Counter(), Counter()
     lens = {"accepted": [], "rejected": []}
-    examples, n_next, n_trunc_kept = defaultdict(list), 0, 0
+    examples, n_next, n_trunc_kept, n_len_end = defaultdict(list), 0, 0, 0
     ws = {k: JsonlWriter(p) for k, p in tmp.items()}
     try:
         for _, rec in tqdm(JsonlReader(gpath), desc="validate", unit="rec", disable=not progress):
@@ -371,7 +407,7 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
             fr = rec.get("finish_reason") or {}
             finish[fr.get("type", "?")] += 1
             prec = prompts.get(rec.get("prompt_id"))
-            try: segs, probs, chk = check_record(tok, prof, rec, prec, keep_truncated)
+            try: segs, probs, chk = check_record(tok, prof, rec, prec, drop_truncated)
             except Exception as e: segs, probs, chk = [], [Problem("malformed", None, f"{type(e).__name__}: {e}")], {}
             checked.update(k for k, v in chk.items() if v)
             if probs:
@@ -386,8 +422,9 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
                 continue
             P, O = len(rec["prompt_ids"]), len(rec["output_ids"])
             mask = loss_mask_from_segments(P, segs, O, mask_reasoning, mask_tool_calls)
-            truncated = fr.get("type") == "length"
+            truncated = is_truncated(prof, rec["output_ids"], fr)
             n_trunc_kept += truncated
+            n_len_end += fr.get("type") == "length" and not truncated   # SGLang's `length` on an end of turn
             ws["records"].write({"id": rec["id"], "prompt_id": rec.get("prompt_id"), "turn": (prec or {}).get("turn", 0),
                                  "input_ids": rec["prompt_ids"] + rec["output_ids"], "n_prompt": P,
                                  "segments": [["prompt", 0, P]] + [[k, P + s, P + e] for k, s, e in segs],
@@ -403,14 +440,17 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
     for k in names: tmp[k].replace(out/f"{k}.jsonl")
     report = {"family": prof.family, "profile": {k: v for k, v in asdict(prof).items() if k != "names"},
               "counts": tally.as_dict(), "failed_checks": dict(sorted(by_check.items())), "finish_reasons": dict(finish),
-              "checked": dict(checked), "truncated_kept": n_trunc_kept, "next_turn_prompts": n_next,
+              "checked": dict(checked), "truncated_kept": n_trunc_kept,
+              "length_at_end_of_turn": n_len_end, "next_turn_prompts": n_next,
               "output_length": {k: _hist(v) for k, v in lens.items()}, "examples": dict(examples)}
     write_json(out/"report.json", report)
     atomic_write_text(out/"report.md", report_markdown(report))
     return write_manifest(out, "validate",
-        config={"generations": str(gpath), "target": str(target), "family": prof.family, "keep_truncated": keep_truncated,
+        config={"generations": str(gpath), "prompts": str(ppath) if ppath else None, "target": str(target), "family": prof.family,
+                "drop_truncated": drop_truncated,
                 "mask_reasoning": mask_reasoning, "mask_tool_calls": mask_tool_calls},
-        counts={**tally.as_dict(), "failed_checks": dict(sorted(by_check.items())), "next_turn_prompts": n_next},
+        counts={**tally.as_dict(), "failed_checks": dict(sorted(by_check.items())), "next_turn_prompts": n_next,
+                "truncated_kept": n_trunc_kept, "length_at_end_of_turn": n_len_end},
         timings={"seconds": round(time.time() - t0, 3)})
 
 def _hist(xs, edges=(0, 16, 64, 256, 1024, 4096, 16384, 65536)) -> dict:

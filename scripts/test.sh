@@ -21,4 +21,4 @@ unchanged nbs nbdev_clean "notebooks were committed with output metadata or cell
 echo "== nbdev_test (default tier; add --flags slow for the slow tier) =="
 $V/nbdev_test --n_workers 2 ${NBDEV_TEST_FLAGS:+--flags "$NBDEV_TEST_FLAGS"}
 echo "== pytest tests/ =="
-$V/python -m pytest tests/ -q -rs -m "not vllm"
+$V/python -m pytest tests/ -q -rs -m "not vllm and not speculators"

@@ -14,8 +14,18 @@ def test_import_loads_no_model_and_starts_nothing(tmp_path):
     assert not (tmp_path/"cache").exists()            # nothing built or written at import
 
 def test_main_job_cli_on_embedded_default(tmp_path):
-    r = run([str(BIN/"eagle3nb"), "run", "--run", str(tmp_path/"run"), "--limit", "300", "--gen_limit", "4", "--max_new_tokens", "24"])
+    r = run([str(BIN/"eagle3nb"), "run", "--run", str(tmp_path/"run"), "--limit", "300", "--gen_limit", "4", "--max_new_tokens", "24",
+             "--train_epochs", "2", "--draft_vocab_size", "1024", "--eval_prompts", "1", "--eval_tokens", "8", "--eval_ks", "1"])
     assert r.returncode == 0, r.stdout + r.stderr
+    t = json.loads((tmp_path/"run/train/manifest.json").read_text())
+    assert t["counts"]["records"] == json.loads((tmp_path/"run/capture/manifest.json").read_text())["counts"]["captured"]
+    assert t["counts"]["steps"] >= 2 and (tmp_path/"run/train/drafter/model.safetensors").exists()
+    rep = json.loads((tmp_path/"run/evaluate/report.json").read_text())
+    assert {r["method"] for r in rep["rows"]} == {"eagle3", "ngram", "target"} and rep["config"]["n_prompts"] == 1
+    held = [json.loads(x)["id"] for x in (tmp_path/"run/evaluate_prompts.jsonl").read_text().splitlines()]
+    generated = [json.loads(x)["id"] for x in (tmp_path/"run/generate/generations.jsonl").read_text().splitlines()]
+    assert held and not set(held) & set(generated)                  # evaluated on prompts it never generated for or trained on
+    for fmt in ("speculators", "sglang"): assert (tmp_path/f"run/export/{fmt}/config.json").exists()
     assert "prompts: read 300" in r.stdout
     g = json.loads((tmp_path/"run/generate/manifest.json").read_text())["counts"]
     assert (g["items"], g["success"] + g["failed"] + g["skipped"]) == (4, 4) and g["success"] == 4

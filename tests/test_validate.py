@@ -69,6 +69,15 @@ def test_qwen3_prompt_checks(qwen, tmp_path):
     assert [x.check for x in check_record(tok, p, miscount, prompt_rec)[1]] == ["count"]
     oov = {**rec, "output_ids": out[:-1] + [10**7, 151645], "usage": {"completion_tokens": len(out) + 1}}
     assert [x.check for x in check_record(tok, p, oov, prompt_rec)[1]] == ["vocab"]
+    nan = {**rec, "finish_reason": {"type": "stop", "matched": "NaN happened"}}   # SGLang: an id outside the vocabulary, overwritten by EOS
+    assert [(x.check, "not a token id" in x.detail) for x in check_record(tok, p, nan, prompt_rec)[1]] == [("finish", True)]
+    other = {**rec, "finish_reason": {"type": "stop", "matched": 151643}}           # matched one id, ended on another
+    assert [x.check for x in check_record(tok, p, other, prompt_rec)[1]] == ["finish"]
+    at_budget = {**rec, "finish_reason": {"type": "length", "length": len(out)}}     # SGLang: the end of turn was the last allowed token
+    assert check_record(tok, p, at_budget, prompt_rec)[1] == []
+    cut = {**rec, "output_ids": out[:-1], "finish_reason": {"type": "length", "length": len(out) - 1}, "usage": {"completion_tokens": len(out) - 1}}
+    assert check_record(tok, p, cut, prompt_rec)[1] == []                            # truncated: kept by default
+    assert [x.check for x in check_record(tok, p, cut, prompt_rec, drop_truncated=True)[1]] == ["truncated"]
 
 def test_kimi_multiturn_history_is_token_exact(kimi, tmp_path):
     "Turn 1's prompt equals what the template renders from turn 0's segments; Kimi keeps <think></think> for the earlier turn."
@@ -174,3 +183,53 @@ def test_kimi_k2_thinking_template_model_opens_reasoning(shared_tokenizers, tmp_
     assert probs == [] and [s[0] for s in segs] == ["reasoning", "answer", "end"]
     no_open = out[1:]                                          # </think> without the model's own <think>
     assert sorted({x.check for x in segment_output(p, P, no_open, {"type": "stop"}, tok)[1]}) == ["reasoning"]
+
+def _always_ends_turn(qwen_tiny, d):
+    "tiny-qwen3 (real Qwen3 vocabulary and template) whose greedy first token is always an end of turn: a model that answers."
+    import shutil, torch
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(qwen_tiny, d)
+    w = load_file(str(d/"model.safetensors"))
+    w["model.norm.weight"].zero_(); w["model.norm.weight"][0] = 1.0          # the final state is (x0 / rms, 0, ..., 0)
+    w["lm_head.weight"].zero_(); w["lm_head.weight"][151645, 0] = 1.0; w["lm_head.weight"][151643, 0] = -1.0
+    save_file(w, str(d/"model.safetensors"), metadata={"format": "pt"})        # argmax: <|im_end|> or <|endoftext|>, both end a turn
+    gc = json.loads((d/"generation_config.json").read_text()); gc["eos_token_id"] = [151645, 151643]
+    (d/"generation_config.json").write_text(json.dumps(gc))
+    return d
+
+def test_three_turns_chained_through_eagle3nb_serve(tmp_path):
+    "Turn 1 and 2 runs (generated from next_prompts.jsonl) validate like turn 0: prompts found, turn kept, re-render checked, next turn written."
+    import subprocess
+    from conftest import BIN
+    from eagle3nb.cli import start_server_process
+    from eagle3nb.models import target_dir
+    model = _always_ends_turn(target_dir("tiny-qwen3"), tmp_path/"model")
+    tok = load_tokenizer(model)
+    msgs = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "times 3?"},
+            {"role": "assistant", "content": "12"}, {"role": "user", "content": "minus 2?"}]
+    (tmp_path/"in.jsonl").write_text(json.dumps({"id": "c", "messages": msgs}) + "\n")
+    cli = lambda *a: subprocess.run([str(BIN/"eagle3nb"), *map(str, a)], capture_output=True, text=True)
+    r = cli("prepare", tmp_path/"in.jsonl", "--target", model, "--run", tmp_path/"r0", "--thinking", "off")
+    assert r.returncode == 0, r.stderr
+    proc, url = start_server_process(str(model))
+    try:
+        for t in range(3):
+            run = tmp_path/f"r{t}"
+            extra = ["--prompts", tmp_path/f"r{t - 1}"/"validate"/"next_prompts.jsonl"] if t else []
+            r = cli("generate", "--run", run, "--engine", "sglang", "--url", url, "--max_new_tokens", "8", *extra)
+            assert r.returncode == 0, r.stdout + r.stderr
+            r = cli("validate", "--run", run)                # no --prompts, no --target: found through the generate manifest
+            assert r.returncode == 0, r.stdout + r.stderr
+            m = read_jsonl(run/"validate"/"records.jsonl")
+            assert [(x["id"], x["turn"]) for x in m] == [(f"c-t{t}", t)]
+            rep = json.loads((run/"validate"/"report.json").read_text())
+            assert rep["counts"]["accepted"] == 1 and rep["checked"] == {"prompt_rerender": 1}, rep
+            nxt = read_jsonl(run/"validate"/"next_prompts.jsonl")
+            assert [x["id"] for x in nxt] == ([f"c-t{t + 1}"] if t < 2 else [])
+    finally:
+        proc.terminate(); proc.wait(30)
+    last = read_jsonl(tmp_path/"r1"/"validate"/"next_prompts.jsonl")[0]
+    hist = [m for m in last["messages"] if m["role"] == "assistant"]
+    assert len(hist) == 2 and last["turn"] == 2 and last["options"]["thinking"] is False
+    assert last["prompt_ids"] == render_prompt(tok, last["messages"], thinking=False)
+    assert json.loads((tmp_path/"r2"/"validate"/"manifest.json").read_text())["config"]["prompts"] == str(tmp_path/"r1"/"validate"/"next_prompts.jsonl")

@@ -2,7 +2,7 @@
 import pytest
 from family_tokenizers import build_tokenizer
 from eagle3nb.prompts import render_prompt
-from eagle3nb.validate import derive_profile, segment_output, detect_family
+from eagle3nb.validate import derive_profile, segment_output, detect_family, loss_mask_from_segments
 
 STOP = {"type": "stop"}
 
@@ -45,6 +45,11 @@ def test_gpt_oss_harmony():
            [h["channel"]] + e("final") + [h["message"]] + e("4") + [h["return"]]
     kinds, probs = _ck(tok, p, P, good)
     assert probs == [] and kinds == ["reasoning", "header", "answer", "end"]
+    segs = segment_output(p, P, good, STOP, tok)[0]
+    mask = loss_mask_from_segments(len(P), segs, len(good))
+    assert mask == [0] * len(P) + [1] * len(good)          # the model generates <|start|>assistant: the drafter must draft it
+    hs, he = next((s, e) for k, s, e in segs if k == "header")
+    assert tok.decode(good[hs:he]) == "<|start|>assistant" and all(mask[len(P) + t] for t in range(hs, he))
     call = [h["channel"]] + e("commentary to=functions.get_weather ") + [h["constrain"]] + e("json") + [h["message"]] + \
            e('{"city": "Paris"}') + [h["call"]]
     kinds, probs = _ck(tok, p, P, call)

