@@ -27,7 +27,7 @@ def test_generate_against_real_vllm(vllm_server, tmp_path):
     assert (m["counts"]["success"], m["counts"]["failed"], m["counts"]["skipped"]) == (3, 0, 1)   # the long prompt is skipped, with a reason
     assert m["config"]["engines"][0]["version"] == "0.32.0" and m["config"]["engines"][0]["context_length"] == 1024
     skipped = read_jsonl(tmp_path/"generate/skipped.jsonl")
-    assert skipped[0]["id"] == "long-t0" and "> 1023" in skipped[0]["reason"]
+    assert skipped[0]["id"] == "long-t0" and "> 1022 (engine context 1024 less room for one new token)" in skipped[0]["reason"]
     local = LocalEngine("smollm2")
     for rec in read_jsonl(tmp_path/"generate/generations.jsonl"):
         fr = rec["finish_reason"]
