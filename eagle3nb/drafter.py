@@ -226,7 +226,8 @@ def ttt_forward(self:Drafter, input_ids, aux, lengths, steps:int) -> list:
     hidden, keys, values, states = self.fc(aux), [], [], []
     for k in range(steps):
         q, kk, v, residual = self.qkv(shift_left(input_ids, 1 + k), hidden, pos + k)
-        keys.append(kk); values.append(v)
+        keys.append(kk)
+        values.append(v)
         hidden = self.finish(ttt_attention(q, keys, values, mask), residual)
         states.append(hidden)
     return states
@@ -263,7 +264,8 @@ def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
         d.embed_tokens.weight.copy_(target_embeddings(path).float())
         if init_lm_head == "target": d.lm_head.weight.copy_(target_lm_head(path).float()[draft_ids])
         d.d2t.copy_(draft_ids - torch.arange(len(draft_ids)))
-        d.t2d.zero_(); d.t2d[draft_ids] = True
+        d.t2d.zero_()
+        d.t2d[draft_ids] = True
     return d
 
 # %% ../nbs/08_drafter.ipynb #96ace069

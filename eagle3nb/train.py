@@ -44,7 +44,9 @@ class DraftVocab:
     distinct_ids: int
     def d2t(self): return torch.tensor(self.ids) - torch.arange(len(self.ids))
     def t2d(self, vocab_size:int):
-        m = torch.zeros(vocab_size, dtype=torch.bool); m[torch.tensor(self.ids)] = True; return m
+        m = torch.zeros(vocab_size, dtype=torch.bool)
+        m[torch.tensor(self.ids)] = True
+        return m
 
 def draft_vocab(counts:Counter, n:int, vocab_size:int) -> DraftVocab:
     "Top-`n` ids by count (ties to the lower id), padded with the lowest unused ids, sorted."
@@ -101,8 +103,11 @@ def length_batches(items:list, # (id, length) pairs
     "Lists of ids, length-bucketed so each padded batch stays within `batch_tokens`; bucket order shuffled by (seed, epoch)."
     out, b, longest = [], [], 0
     for sid, n in sorted(items, key=lambda x: (x[1], x[0])):
-        if b and (len(b) + 1) * max(longest, n) > batch_tokens: out.append(b); b, longest = [], 0
-        b.append(sid); longest = max(longest, n)
+        if b and (len(b) + 1) * max(longest, n) > batch_tokens:
+            out.append(b)
+            b, longest = [], 0
+        b.append(sid)
+        longest = max(longest, n)
     if b: out.append(b)
     random.Random(seed * 100003 + epoch).shuffle(out)
     return out
@@ -308,7 +313,9 @@ def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list
         if p.grad is None: p.grad = torch.zeros_like(p)
     flat = _allreduce(torch.cat([p.grad.flatten() for p in params]))
     o = 0
-    for p in params: p.grad.copy_(flat[o:o + p.numel()].view_as(p)); o += p.numel()
+    for p in params:
+        p.grad.copy_(flat[o:o + p.numel()].view_as(p))
+        o += p.numel()
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     opt.step()
     keys = ["loss_sum", "supervised", "right", "full", "chains"]
@@ -432,7 +439,9 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
     window, t_win, tok_win = None, time.time(), 0
     def emit(row):
-        if log: log.write(json.dumps(row) + "\n"); log.flush()
+        if log:
+            log.write(json.dumps(row) + "\n")
+            log.flush()
     try:
         while step < total:
             ep, bi = divmod(step, len(per_epoch))
@@ -479,26 +488,35 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
 def plot_training(rows:list, note:dict, out_dir) -> list:
     "Write the acceptance-rate plots of a training run as PNG files; return their paths."
     from matplotlib.figure import Figure
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     sub = f"{note.get('target')} · K={note.get('ttt_steps')} chain · data {note.get('data')} (T={note.get('temperature')})"
     held = [r for r in rows if r["split"] == "heldout"] or [r for r in rows if r["split"] == "train"]
     paths = []
     def save(fig, name):
-        p = out/name; fig.savefig(p, dpi=110, bbox_inches="tight"); paths.append(p)
-    fig = Figure(figsize=(7, 4)); ax = fig.subplots()
+        p = out/name
+        fig.savefig(p, dpi=110, bbox_inches="tight")
+        paths.append(p)
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     for k in range(len(held[0]["full_acc_k"]) if held else 0):
         ax.plot([r["step"] for r in held], [r["full_acc_k"][k] for r in held], marker=".", label=f"position {k + 1}")
     ax.set(xlabel="step", ylabel="share of chains accepting this draft", title=f"per-position acceptance ({held[0]['split'] if held else ''})\n{sub}")
-    ax.legend(fontsize=7); save(fig, "acceptance_by_position.png")
-    fig = Figure(figsize=(7, 4)); ax = fig.subplots()
+    ax.legend(fontsize=7)
+    save(fig, "acceptance_by_position.png")
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     for split in ("train", "heldout"):
         rs = [r for r in rows if r["split"] == split]
         if rs: ax.plot([r["step"] for r in rs], [r["tau_sim"] for r in rs], marker=".", label=split)
-    ax.set(xlabel="step", ylabel="τ_sim (bonus included)", title=f"simulated acceptance length\n{sub}"); ax.legend()
+    ax.set(xlabel="step", ylabel="τ_sim (bonus included)", title=f"simulated acceptance length\n{sub}")
+    ax.legend()
     save(fig, "tau_sim.png")
-    fig = Figure(figsize=(7, 4)); ax = fig.subplots()
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     if held:
-        c = held[-1]["cond_acc_k"]; ax.bar([str(k + 1) for k in range(len(c))], c)
+        c = held[-1]["cond_acc_k"]
+        ax.bar([str(k + 1) for k in range(len(c))], c)
     ax.set(xlabel="draft position", ylabel="P(accepted | previous accepted)", ylim=(0, 1),
            title=f"final conditional acceptance ({held[-1]['split'] if held else ''})\n{sub}")
     save(fig, "cond_acc_final.png")
