@@ -490,7 +490,8 @@ def plot_training(rows:list, note:dict, out_dir) -> list:
     from matplotlib.figure import Figure
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sub = f"{note.get('target')} · K={note.get('ttt_steps')} chain · data {note.get('data')} (T={note.get('temperature')})"
+    temp = note.get("temperature")
+    sub = f"{note.get('target')} · K={note.get('ttt_steps')} chain · data {note.get('data')} (T={'?' if temp is None else temp})"
     held = [r for r in rows if r["split"] == "heldout"] or [r for r in rows if r["split"] == "train"]
     paths = []
     def save(fig, name):
