@@ -438,6 +438,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     note = {**_data_note(run), "target": Path(src.target).name, "ttt_steps": cfg.ttt_steps}
     bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
     window, t_win, tok_win = None, time.time(), 0
+    epoch_of, order = 0, per_epoch
     def emit(row):
         if log:
             log.write(json.dumps(row) + "\n")
@@ -445,7 +446,9 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     try:
         while step < total:
             ep, bi = divmod(step, len(per_epoch))
-            ids = length_batches([(i, items[i]) for i in tr_ids], cfg.batch_tokens, cfg.seed, ep)[bi]
+            if ep != epoch_of:   # this epoch's batches, computed once per epoch
+                epoch_of, order = ep, length_batches([(i, items[i]) for i in tr_ids], cfg.batch_tokens, cfg.seed, ep)
+            ids = order[bi]
             mine = ids[rank::world]
             for g in opt.param_groups: g["lr"] = lr_at(step, cfg, total)
             try: st = train_step(drafter, opt, src.batch(mine).to(device) if mine else None, teacher, cfg)
