@@ -5,12 +5,13 @@
 # %% ../nbs/07_capture.ipynb #0bea528d
 from __future__ import annotations
 import hashlib, json, os, shutil, time
+from contextlib import contextmanager
 from pathlib import Path
 from .core import InputError, JsonlReader, JsonlWriter, read_json, write_json, write_jsonl_atomic, write_manifest
 from .models import load_target
 
 # %% auto #0
-__all__ = ['default_aux_layers', 'sglang_layer_ids', 'base_model', 'decoder_layers', 'forward_states', 'record_hash',
+__all__ = ['default_aux_layers', 'sglang_layer_ids', 'base_model', 'decoder_layers', 'catch_aux', 'forward_states', 'record_hash',
            'ShardWriter', 'shard_rows', 'complete_shards', 'CaptureReader', 'first_nonfinite', 'capture_config',
            'lock_config', 'capture', 'export_specforge']
 
@@ -31,6 +32,19 @@ def base_model(model):
 def decoder_layers(model):
     return base_model(model).layers
 
+@contextmanager
+def catch_aux(model, aux_layers:list):
+    "While open, catch the state entering each decoder layer of `aux_layers` (HF indices); yields `aux(device=None)` → `[..., 3H]`."
+    import torch
+    layers, caught, hooks = decoder_layers(model), {}, []
+    for li in aux_layers:
+        if not 0 <= li < len(layers): raise InputError(f"aux layer {li} outside 0..{len(layers) - 1} (HF hidden-state indices)")
+        def pre(mod, args, kwargs, li=li): caught[li] = args[0] if args else kwargs["hidden_states"]
+        hooks.append(layers[li].register_forward_pre_hook(pre, with_kwargs=True))
+    try: yield lambda device=None: torch.cat([caught[li] if device is None else caught[li].to(device) for li in aux_layers], -1)
+    finally:
+        for h in hooks: h.remove()
+
 def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
     "Run one right-padded batch; return `(aux [B,T,3H], final [B,T,H], lengths)` as tensors in the model dtype."
     import torch
@@ -38,19 +52,9 @@ def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
     ids = torch.zeros((B, T), dtype=torch.long); mask = torch.zeros((B, T), dtype=torch.long)
     for b, x in enumerate(batch_ids): ids[b, :len(x)] = torch.tensor(x); mask[b, :len(x)] = 1
     if device == "auto": device = base_model(model).get_input_embeddings().weight.device
-    caught, hooks = {}, []
-    layers = decoder_layers(model)
-    for li in aux_layers:
-        if not 0 <= li < len(layers): raise InputError(f"aux layer {li} outside 0..{len(layers) - 1} (HF hidden-state indices)")
-        def pre(mod, args, kwargs, li=li): caught[li] = args[0] if args else kwargs["hidden_states"]
-        hooks.append(layers[li].register_forward_pre_hook(pre, with_kwargs=True))
-    try:
-        with torch.inference_mode():
-            out = base_model(model)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
-    finally:
-        for h in hooks: h.remove()
-    aux = torch.cat([caught[li].to(out.last_hidden_state.device) for li in aux_layers], dim=-1)
-    return aux, out.last_hidden_state, [len(x) for x in batch_ids]
+    with catch_aux(model, aux_layers) as aux_of, torch.inference_mode():
+        out = base_model(model)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
+    return aux_of(out.last_hidden_state.device), out.last_hidden_state, [len(x) for x in batch_ids]
 
 # %% ../nbs/07_capture.ipynb #53d1d213
 _DT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "float32": "float32", "fp32": "float32"}

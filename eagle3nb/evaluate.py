@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 import torch
 from .core import InputError, stage_dir, write_json, write_manifest
-from .capture import decoder_layers
+from .capture import catch_aux
 from .drafter import Drafter, load_drafter
 from .engines import _cache_kw, _eos_ids
 
@@ -30,18 +30,12 @@ class TargetCache:
     @torch.inference_mode()
     def __call__(self, ids:list):
         "Logits `[T, V]` and aux `[T, 3H]` (or None) of tokens `ids` appended after the cached positions."
-        caught, hooks, layers = {}, [], decoder_layers(self.model)
-        for li in self.aux_layers:
-            def pre(mod, args, kwargs, li=li): caught[li] = args[0] if args else kwargs["hidden_states"]
-            hooks.append(layers[li].register_forward_pre_hook(pre, with_kwargs=True))
         n = len(self)
-        try:
+        with catch_aux(self.model, self.aux_layers) as aux_of:
             out = self.model(input_ids=torch.tensor([ids]), position_ids=torch.arange(n, n + len(ids))[None], use_cache=True,
                              **{self.ckw: self.cache})
-        finally:
-            for h in hooks: h.remove()
         self.forwards += 1
-        aux = torch.cat([caught[li] for li in self.aux_layers], -1)[0] if self.aux_layers else None
+        aux = aux_of()[0] if self.aux_layers else None
         return out.logits[0].float(), aux
     def crop(self, n:int):
         "Keep the first `n` positions (a negative crop: newer transformers refuse a positive one)."
