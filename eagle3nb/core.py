@@ -41,9 +41,13 @@ def repair_torn_tail(path) -> int:
         # walk back to the last newline
         pos, chunk = size, 1 << 16
         while pos > 0:
-            start = max(0, pos - chunk); f.seek(start); buf = f.read(pos - start)
+            start = max(0, pos - chunk)
+            f.seek(start)
+            buf = f.read(pos - start)
             i = buf.rfind(b"\n")
-            if i >= 0: keep = start + i + 1; break
+            if i >= 0:
+                keep = start + i + 1
+                break
             pos = start
         else: keep = 0
         f.truncate(keep)
@@ -53,18 +57,23 @@ class JsonlWriter:
     "Append records to a JSONL file, one `write` call per record; repairs a torn tail on open."
     def __init__(self, path, fsync_every:int=0 # fsync after this many records (0: only on close)
                 ):
-        self.path = Path(path); self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.repaired_bytes = repair_torn_tail(self.path)
         if self.repaired_bytes:
-            print(f"{self.path}: removed a torn last line ({self.repaired_bytes} bytes) left by an interrupted writer", file=sys.stderr)
+            print(f"{self.path}: removed a torn last line ({self.repaired_bytes} bytes) left by an interrupted writer",
+                  file=sys.stderr)
         self._f = open(self.path, "ab", buffering=0)
         self.fsync_every, self.n = fsync_every, 0
     def write(self, obj):
         "Append one record."
-        self._f.write(_dumps(obj)); self.n += 1
+        self._f.write(_dumps(obj))
+        self.n += 1
         if self.fsync_every and self.n % self.fsync_every == 0: os.fsync(self._f.fileno())
     def close(self):
-        if not self._f.closed: os.fsync(self._f.fileno()); self._f.close()
+        if not self._f.closed:
+            os.fsync(self._f.fileno())
+            self._f.close()
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
@@ -90,16 +99,23 @@ class JsonlReader:
                 start, offset = offset, offset + len(raw)
                 if not raw.strip(): continue
                 try: obj, err = json.loads(raw.decode("utf-8")), None
-                except UnicodeDecodeError as e: obj, err = None, ("undecodable_text", f"not UTF-8 at byte {e.start} of the line")
-                except json.JSONDecodeError as e: obj, err = None, ("malformed_row", f"{e.msg} (column {e.colno}): {raw[:80]!r}")
-                if err is None and not isinstance(obj, dict): err = ("malformed_row", f"a JSON {type(obj).__name__}, not an object")
-                if err is None: yield lineno, obj; continue
+                except UnicodeDecodeError as e:
+                    obj, err = None, ("undecodable_text", f"not UTF-8 at byte {e.start} of the line")
+                except json.JSONDecodeError as e:
+                    obj, err = None, ("malformed_row", f"{e.msg} (column {e.colno}): {raw[:80]!r}")
+                if err is None and not isinstance(obj, dict):
+                    err = ("malformed_row", f"a JSON {type(obj).__name__}, not an object")
+                if err is None:
+                    yield lineno, obj
+                    continue
                 if not complete:   # only the last line can lack its newline
                     self.torn = {"line": lineno, "offset": start, "bytes": len(raw), "detail": err[1]}
                     print(f"{self.path} line {lineno}: torn last line ({len(raw)} bytes at offset {start}) ignored: "
                           "an interrupted writer left it; it is not used", file=sys.stderr)
                     return
-                if self.bad == "yield": yield lineno, BadLine(lineno, *err); continue
+                if self.bad == "yield":
+                    yield lineno, BadLine(lineno, *err)
+                    continue
                 raise InputError(f"{self.path} line {lineno}: {err[1]} ({err[0]}); fix or remove that line")
 
 def read_jsonl(path) -> list:
@@ -109,16 +125,21 @@ def read_jsonl(path) -> list:
 # %% ../nbs/00_core.ipynb #69f6187f
 def atomic_write_text(path, text:str):
     "Write `text` to `path` via a temporary file and a rename."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f: f.write(text); f.flush(); os.fsync(f.fileno())
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 def write_jsonl_atomic(path, records):
-    "Write whole JSONL file `path` from `records` via a temporary file and a rename (same line format as `JsonlWriter`)."
+    "Write JSONL file `path` from `records` via a temporary file and a rename (the line format of `JsonlWriter`)."
     atomic_write_text(path, b"".join(_dumps(r) for r in records).decode("utf-8"))
 
 def write_json(path, obj):
@@ -162,13 +183,16 @@ def versions() -> dict:
 
 def stage_dir(run, stage:str) -> Path:
     "The folder of `stage` inside run directory `run` (created)."
-    d = Path(run)/stage; d.mkdir(parents=True, exist_ok=True); return d
+    d = Path(run)/stage
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 def write_manifest(d, stage:str, config:dict, counts:dict, timings:dict|None=None, **extra) -> dict:
     "Write `d/manifest.json` for `stage`, atomically; return it."
     m = {"stage": stage, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
          "config": config, "versions": versions(), "counts": counts, "timings": timings or {}, **extra}
-    write_json(Path(d)/"manifest.json", m); return m
+    write_json(Path(d)/"manifest.json", m)
+    return m
 
 def read_manifest(d) -> dict:
     "Read a stage's `manifest.json`."
@@ -184,10 +208,13 @@ class Tally:
     def reject(self, reason:str): self.rejected[reason] += 1
     @property
     def n_rejected(self): return sum(self.rejected.values())
-    def check(self):
+    def check(self, where=None # named in the error: the stage's folder, say
+             ):
         "Raise if `accepted + rejected != read`."
         if self.accepted + self.n_rejected != self.read:
-            raise RuntimeError(f"accounting error: accepted {self.accepted} + rejected {self.n_rejected} != read {self.read}")
+            why = ", ".join(f"{k} {v}" for k, v in sorted(self.rejected.items()))
+            raise RuntimeError(f"accounting error{f' in {where}' if where else ''}: accepted {self.accepted} + "
+                               f"rejected {self.n_rejected} ({why}) != read {self.read}")
         return self
     def as_dict(self) -> dict:
         return {"read": self.read, "accepted": self.accepted, "rejected": self.n_rejected,

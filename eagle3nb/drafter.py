@@ -44,7 +44,7 @@ class DrafterConfig:
 
 # %% ../nbs/08_drafter.ipynb #8d118840
 def _rope(cfg:dict) -> tuple:
-    "`(rope_theta, rope_scaling)` from a config in the old (`rope_theta`/`rope_scaling`) or new (`rope_parameters`) style."
+    "`(rope_theta, rope_scaling)` from a config, old (`rope_theta`, `rope_scaling`) or new (`rope_parameters`) way."
     rp = cfg.get("rope_parameters") or {}
     theta = float(rp.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
     scaling = cfg.get("rope_scaling") or {k: v for k, v in rp.items() if k != "rope_theta"}
@@ -58,13 +58,15 @@ def drafter_config(target_config:dict, # the target's config.json
     c = target_config.get("text_config", target_config)
     H, nh = int(c["hidden_size"]), int(c["num_attention_heads"])
     theta, scaling = _rope(c)
-    return DrafterConfig(hidden_size=H, num_attention_heads=nh, num_key_value_heads=int(c.get("num_key_value_heads") or nh),
+    return DrafterConfig(hidden_size=H, num_attention_heads=nh,
+                         num_key_value_heads=int(c.get("num_key_value_heads") or nh),
                          head_dim=int(c.get("head_dim") or H // nh), intermediate_size=int(c["intermediate_size"]),
                          vocab_size=int(c["vocab_size"]), draft_vocab_size=int(draft_vocab_size), target_hidden_size=H,
                          aux_layers_hf=[int(i) for i in aux_layers], rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)),
                          rope_theta=theta, rope_scaling=scaling,
                          max_position_embeddings=int(c.get("max_position_embeddings") or 4096),
-                         hidden_act=c.get("hidden_act", "silu"), norm_before_residual=norm_before_residual, target=str(target))
+                         hidden_act=c.get("hidden_act", "silu"), norm_before_residual=norm_before_residual,
+                         target=str(target))
 
 # %% ../nbs/08_drafter.ipynb #f5a1a98e
 class RMSNorm(nn.Module):
@@ -85,7 +87,8 @@ class Rotary(nn.Module):
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
         lc = LlamaConfig(hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads, head_dim=c.head_dim,
-                         max_position_embeddings=c.max_position_embeddings, rope_theta=c.rope_theta, rope_scaling=c.rope_scaling)
+                         max_position_embeddings=c.max_position_embeddings, rope_theta=c.rope_theta,
+                         rope_scaling=c.rope_scaling)
         self.rope = LlamaRotaryEmbedding(lc)
     def forward(self, x, positions): return self.rope(x, positions)
 
@@ -145,7 +148,7 @@ class Drafter(nn.Module):
 # %% ../nbs/08_drafter.ipynb #508ea0bf
 @patch
 def qkv(self:Drafter, input_ids, hidden, positions):
-    "Rotated `(q, k, v)` `[B, heads, T, d]` and the residual for tokens `[B, T]`, fed states `[B, T, H]`, positions `[B, T]`."
+    "Rotated `(q, k, v)` `[B,heads,T,d]` and the residual for tokens `[B,T]`, fed states `[B,T,H]`, positions `[B,T]`."
     c, m = self.config, self.midlayer
     e = m.input_layernorm(self.embed_tokens(input_ids))
     if c.norm_before_residual: h = residual = m.hidden_norm(hidden)
@@ -192,7 +195,7 @@ def step(self:Drafter, input_ids, hidden, positions, past_k=None, past_v=None, m
 
 # %% ../nbs/08_drafter.ipynb #88640fc5
 def ttt_attention(q, keys:list, values:list, mask):
-    "Attention of step `len(keys)-1`: `q` `[B,h,T,d]` over step-0 `keys[0]` (under `mask` `[B,1,T,T]`) and each slot's own later keys."
+    "Attention of step `len(keys)-1`: `q` `[B,h,T,d]` over step-0 `keys[0]` (`mask` `[B,1,T,T]`), each slot's own keys."
     rep = q.shape[1] // keys[0].shape[1]
     kv = [(k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)) for k, v in zip(keys, values)]
     scale = q.shape[-1] ** -0.5
@@ -215,11 +218,12 @@ def shift_left(x, n:int, fill=0):
 def causal_mask(lengths, T:int):
     "`[B, 1, T, T]` bool: slot i sees slot j ≤ i of its own sample (padding never visible)."
     j = torch.arange(T)
-    return (j[None, :] <= j[:, None])[None, None] & (j[None, None, None, :] < torch.as_tensor(lengths)[:, None, None, None])
+    return (j[None, :] <= j[:, None])[None,
+                                      None] & (j[None, None, None, :] < torch.as_tensor(lengths)[:, None, None, None])
 
 @patch
 def ttt_forward(self:Drafter, input_ids, aux, lengths, steps:int) -> list:
-    "Unroll `steps` of training-time test; return the fed states `[B, T, H]` of each step (slot p of step k predicts `x[p+2+k]`)."
+    "Unroll `steps` of training-time test; each step's fed states `[B,T,H]` (slot p of step k predicts `x[p+2+k]`)."
     B, T = input_ids.shape
     mask = causal_mask(lengths, T).to(input_ids.device)
     pos = torch.arange(T, device=input_ids.device)[None].expand(B, T)
@@ -246,8 +250,10 @@ def target_tensor(model_dir, *names):
                 if n in s.keys(): return s.get_tensor(n)
     raise InputError(f"{d}: none of {list(names)} in its safetensors; is it a Hugging Face causal LM directory?")
 
-def target_embeddings(model_dir): return target_tensor(model_dir, "model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
-def target_lm_head(model_dir): return target_tensor(model_dir, "lm_head.weight", "model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
+def target_embeddings(model_dir): return target_tensor(model_dir, "model.embed_tokens.weight",
+                                                       "model.language_model.embed_tokens.weight")
+def target_lm_head(model_dir): return target_tensor(model_dir, "lm_head.weight", "model.embed_tokens.weight",
+                                                    "model.language_model.embed_tokens.weight")
 
 # %% ../nbs/08_drafter.ipynb #81089bc4
 def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
@@ -280,16 +286,19 @@ def save_drafter(d:Drafter, out_dir, extra:dict|None=None):
     save_file(sd, str(tmp))
     import os
     os.replace(tmp, out/"model.safetensors")
-    atomic_write_text(out/"config.json", json.dumps({"eagle3nb_drafter": d.config.to_dict(), **(extra or {})}, indent=1) + "\n")
+    atomic_write_text(out/"config.json",
+                      json.dumps({"eagle3nb_drafter": d.config.to_dict(), **(extra or {})}, indent=1) + "\n")
     return out
 
 def load_drafter(path) -> Drafter:
     "Load a drafter written by `save_drafter`."
     from safetensors.torch import load_file
     p = Path(path)
-    if not (p/"config.json").exists(): raise InputError(f"{p}: no config.json; expected a directory written by eagle3nb train")
+    if not (p/"config.json").exists():
+        raise InputError(f"{p}: no config.json; expected a directory written by eagle3nb train")
     cfg = json.loads((p/"config.json").read_text())
-    if "eagle3nb_drafter" not in cfg: raise InputError(f"{p}/config.json is not an eagle3nb drafter (use eagle3nb's export readers)")
+    if "eagle3nb_drafter" not in cfg:
+        raise InputError(f"{p}/config.json is not an eagle3nb drafter (use eagle3nb's export readers)")
     d = Drafter(DrafterConfig.from_dict(cfg["eagle3nb_drafter"]))
     d.load_state_dict(load_file(str(p/"model.safetensors")))
     return d.eval()

@@ -20,7 +20,7 @@ __all__ = ['TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify'
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
-    "The target with its KV cache: run new tokens at the next positions, return logits and the aux states of those positions."
+    "The target with its KV cache: run new tokens at the next positions; return their logits and aux states."
     def __init__(self, model, aux_layers:list|None=None # HF hidden-state indices to catch (None: none)
                 ):
         from transformers import DynamicCache
@@ -32,7 +32,8 @@ class TargetCache:
         "Logits `[T, V]` and aux `[T, 3H]` (or None) of tokens `ids` appended after the cached positions."
         n = len(self)
         with catch_aux(self.model, self.aux_layers) as aux_of:
-            out = self.model(input_ids=torch.tensor([ids]), position_ids=torch.arange(n, n + len(ids))[None], use_cache=True,
+            out = self.model(input_ids=torch.tensor([ids]), position_ids=torch.arange(n, n + len(ids))[None],
+                             use_cache=True,
                              **{self.ckw: self.cache})
         self.forwards += 1
         aux = aux_of()[0] if self.aux_layers else None
@@ -55,7 +56,7 @@ class DrafterCache:
         return state[:, -1:]
     @torch.inference_mode()
     def first_pass(self, next_ids:list, aux, start:int):
-        "Slots `start..start+T-1`: token `x[i+1]`, `fc(aux_i)`, position `i`; return the fed state of the last slot `[1,1,H]`."
+        "Slots `start..start+T-1`: token `x[i+1]`, `fc(aux_i)`, position `i`; the last slot's fed state `[1,1,H]`."
         return self._run(next_ids, self.d.fc(aux[None].to(self.d.fc.weight.dtype)), start)
     @torch.inference_mode()
     def chain(self, token:int, state, position:int):
@@ -72,7 +73,7 @@ class DrafterCache:
 
 # %% ../nbs/10_evaluate.ipynb #85487781
 def ngram_propose(tokens:list, k:int, n_min:int=2, n_max:int=4) -> list:
-    "vLLM's `ngram` (prompt lookup): the ≤k tokens after the earliest earlier occurrence of the longest suffix n-gram (n_min..n_max)."
+    "vLLM's `ngram` (prompt lookup): the ≤k tokens after the first match of the longest suffix n-gram (n_min..n_max)."
     T = len(tokens)
     for n in range(min(n_max, T - 1), n_min - 1, -1):
         suffix = tokens[T - n:]
@@ -94,7 +95,8 @@ class SpecStats:
     seconds: float = 0.0
     def __post_init__(self): self.accepted_per_pos = self.accepted_per_pos or [0] * self.k
     def add(self, o:"SpecStats"):
-        for f in ("drafts", "draft_tokens", "accepted", "target_forwards", "output_tokens", "seconds"): setattr(self, f, getattr(self, f) + getattr(o, f))
+        for f in ("drafts", "draft_tokens", "accepted", "target_forwards", "output_tokens", "seconds"):
+            setattr(self, f, getattr(self, f) + getattr(o, f))
         self.accepted_per_pos = [a + b for a, b in zip(self.accepted_per_pos, o.accepted_per_pos)]
         return self
     @property
@@ -105,7 +107,8 @@ class SpecStats:
     def tokens_per_forward(self): return self.output_tokens / self.target_forwards if self.target_forwards else None
     def summary(self) -> dict:
         r = lambda x: None if x is None else round(x, 5)
-        return {**asdict(self), "seconds": round(self.seconds, 4), "tau": r(self.tau), "per_position": [r(x) for x in self.per_position],
+        return {**asdict(self), "seconds": round(self.seconds, 4), "tau": r(self.tau),
+                "per_position": [r(x) for x in self.per_position],
                 "tokens_per_forward": r(self.tokens_per_forward),
                 "tokens_per_s": round(self.output_tokens / self.seconds, 2) if self.seconds else None}
 
@@ -116,7 +119,7 @@ def _pick(logits, temperature:float, gen):
     return int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen))
 
 def verify(logits, drafts:list, qs:list, temperature:float, gen) -> tuple:
-    "Accept the longest valid prefix of `drafts` against target `logits` `[len(drafts)+1, V]`; return `(n_accepted, next_token)`."
+    "Accept the longest valid prefix of `drafts` by target `logits` `[len(drafts)+1, V]`; `(n_accepted, next_token)`."
     for j, d in enumerate(drafts):
         if temperature == 0:
             t = int(logits[j].argmax())
@@ -136,7 +139,7 @@ def spec_decode(model, # the target (a transformers causal LM)
                 k:int=3, # drafts per verify step
                 method:str|None="eagle3", # "eagle3", "ngram", or None (the target alone, one token per forward)
                 temperature:float=0.0, seed:int=0,
-                greedy_draft:bool=False, # at temperature > 0, draft the argmax (q one-hot, as vLLM's EAGLE proposer) instead of sampling q
+                greedy_draft:bool=False, # at T > 0, draft the argmax (q one-hot, as vLLM's EAGLE proposer)
                 ngram:tuple=(2, 4)) -> tuple:
     "Draft-and-verify decoding mirroring vLLM 0.32; return `(output_ids, SpecStats)`."
     if method == "eagle3" and drafter is None: raise InputError("method='eagle3' needs a drafter")
@@ -149,23 +152,31 @@ def spec_decode(model, # the target (a transformers causal LM)
     new, p0, n_acc = [_pick(logits[-1], temperature, gen)], 0, None
     while True:
         for t in new:                           # emit, truncating at EOS / max tokens (counters already updated)
-            out.append(t); seq.append(t)
-            if t in eos or len(out) >= max_new_tokens: st.target_forwards, st.output_tokens = tgt.forwards, len(out); st.seconds = time.perf_counter() - t0; return out, st
+            out.append(t)
+            seq.append(t)
+            if t in eos or len(out) >= max_new_tokens:
+                st.target_forwards, st.output_tokens = tgt.forwards, len(out)
+                st.seconds = time.perf_counter() - t0
+                return out, st
         drafts, qs = [], []
         if method == "eagle3":                  # first pass over exactly the positions the target just verified
             state = dc.first_pass(seq[p0 + 1:], aux, p0)
             for j in range(k):
                 q = dc.probs(state, 0 if greedy_draft else temperature)
                 d = q if isinstance(q, int) else int(torch.multinomial(q, 1, generator=gen))
-                drafts.append(d); qs.append(None if isinstance(q, int) else q)
+                drafts.append(d)
+                qs.append(None if isinstance(q, int) else q)
                 if j < k - 1: state = dc.chain(d, state, len(seq) - 1 + j)
         elif method == "ngram":
-            drafts = ngram_propose(seq, k, *ngram); qs = [None] * len(drafts)
+            drafts = ngram_propose(seq, k, *ngram)
+            qs = [None] * len(drafts)
         L = len(seq)                            # the target has processed seq[:L-1]; verify [seq[-1], d1..dk]
         logits, aux = tgt([seq[-1]] + drafts)
         n_acc, bonus = verify(logits, drafts, qs, temperature, gen)
         if drafts:
-            st.drafts += 1; st.draft_tokens += len(drafts); st.accepted += n_acc
+            st.drafts += 1
+            st.draft_tokens += len(drafts)
+            st.accepted += n_acc
             for j in range(n_acc): st.accepted_per_pos[j] += 1
         tgt.crop(L + n_acc)
         if aux is not None: aux = aux[:n_acc + 1]
@@ -173,15 +184,18 @@ def spec_decode(model, # the target (a transformers causal LM)
 
 # %% ../nbs/10_evaluate.ipynb #395871a3
 def load_eval_prompts(path, tokenizer, limit:int|None=None) -> list:
-    "`(id, prompt_ids)` from prompt records (`prompt_ids`) or conversations (`messages`, rendered with the target's template)."
+    "`(id, prompt_ids)` from prompt records (`prompt_ids`) or conversations (`messages`, in the target's template)."
     from eagle3nb.core import JsonlReader
     from eagle3nb.prompts import first_turn, normalize_row, render_prompt
     out = []
     for line, row in JsonlReader(path):
         if limit is not None and len(out) >= limit: break
-        if isinstance(row, dict) and row.get("prompt_ids"): out.append((str(row.get("id", line)), [int(i) for i in row["prompt_ids"]])); continue
+        if isinstance(row, dict) and row.get("prompt_ids"):
+            out.append((str(row.get("id", line)), [int(i) for i in row["prompt_ids"]]))
+            continue
         try: msgs = first_turn(normalize_row(row, f"line-{line}"))[0]
-        except Exception as e: raise InputError(f"{path} line {line}: neither prompt_ids nor usable messages ({e})") from None
+        except Exception as e:
+            raise InputError(f"{path} line {line}: neither prompt_ids nor usable messages ({e})") from None
         out.append((str(row.get("id", f"line-{line}")), render_prompt(tokenizer, msgs)))
     if not out: raise InputError(f"{path}: no prompts")
     return out
@@ -192,36 +206,45 @@ def run_prompts(model, prompts:list, max_new_tokens:int, eos_ids:list, seed:int=
     outs, tot = [], SpecStats(k=kw.get("k", 3) if kw.get("method", "eagle3") else 0)
     for i, (_, p) in enumerate(prompts):
         o, st = spec_decode(model, p, max_new_tokens, eos_ids, seed=seed + i, **kw)
-        outs.append(o); tot.add(st)
+        outs.append(o)
+        tot.add(st)
     return outs, tot
 
 # %% ../nbs/10_evaluate.ipynb #ed749fc8
 def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids:list, ks=range(1, 8),
           temperature:float=0.0, ngram:bool=True, progress:bool=True) -> dict:
-    "Decode every prompt with the target alone, then with the drafter and with n-gram lookup at each K; rows of vLLM-style counters."
+    "Decode every prompt with the target alone, then drafter and n-gram lookup at each K; rows of vLLM-style counters."
     from tqdm.auto import tqdm
     ks = list(ks)
-    plan = [("target", None, 0)] + [(m, m, k) for k in ks for m in (["eagle3"] if drafter is not None else []) + (["ngram"] if ngram else [])]
+    methods = (["eagle3"] if drafter is not None else []) + (["ngram"] if ngram else [])
+    plan = [("target", None, 0)] + [(m, m, k) for k in ks for m in methods]
     rows, base = [], None
     for name, method, k in tqdm(plan, desc="evaluate", disable=not progress):
-        outs, st = run_prompts(model, prompts, max_new_tokens, eos_ids, drafter=drafter, k=k, method=method, temperature=temperature)
+        outs, st = run_prompts(model, prompts, max_new_tokens, eos_ids, drafter=drafter, k=k, method=method,
+                               temperature=temperature)
         if base is None: base = outs
         rows.append({"method": name, **st.summary(), "outputs_equal_target": outs == base})
-    for r in rows: r["speedup"] = round(r["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows[0]["tokens_per_s"] else None
+    for r in rows:
+        r["speedup"] = round(r["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows[0]["tokens_per_s"] else None
     return {"rows": rows, "outputs": base}
 
 # %% ../nbs/10_evaluate.ipynb #b927f013
 @torch.inference_mode()
 def measure_costs(model, drafter:Drafter|None, context:list, max_k:int=7, repeats:int=5) -> dict:
-    "Fastest of `repeats` timings (robust to a busy machine) of one target forward over n = 1..max_k+1 new tokens after `context`, and of the drafter's first pass / chained step."
+    "Fastest of `repeats` timings of a target forward of 1..max_k+1 new tokens after `context`; the drafter's passes."
     def timed(f):
         ts = []
-        for _ in range(repeats): t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t0)
         return min(ts)
     tgt = TargetCache(model, drafter.config.aux_layers_hf if drafter is not None else None)
-    _, aux = tgt(context[:-1]); P = len(tgt)
+    _, aux = tgt(context[:-1])
+    P = len(tgt)
     def verify_n(n):
-        tgt.crop(P); tgt([context[-1]] * n)
+        tgt.crop(P)
+        tgt([context[-1]] * n)
     out = {"verify_s": {n: timed(lambda: verify_n(n)) for n in range(1, max_k + 2)}}
     if drafter is not None:   # a first pass over two verified slots (one accepted draft + bonus), then one chained step
         dc = DrafterCache(drafter)
@@ -234,29 +257,34 @@ def measure_costs(model, drafter:Drafter|None, context:list, max_k:int=7, repeat
 # %% ../nbs/10_evaluate.ipynb #4f440bf7
 def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured at the largest K)
                 costs:dict) -> dict:
-    "The K with the best predicted tokens/s: expected tokens per cycle `1 + Σ_{j≤K} a_j` over the cycle's measured cost."
+    "The K with the best predicted tokens/s: expected tokens per cycle `1 + Σ_{j≤K} a_j` over its measured cost."
     base = 1 / costs["verify_s"][1]
     rows = []
     for K in range(1, len(per_position) + 1):
         tokens = 1 + sum(per_position[:K])
         cost = costs["verify_s"][K + 1] + costs.get("draft_first_s", 0) + (K - 1) * costs.get("draft_step_s", 0)
-        rows.append({"k": K, "tokens_per_cycle": round(tokens, 4), "cycle_s": round(cost, 6), "tokens_per_s": round(tokens / cost, 2),
+        rows.append({"k": K, "tokens_per_cycle": round(tokens, 4), "cycle_s": round(cost, 6),
+                     "tokens_per_s": round(tokens / cost, 2),
                      "speedup": round(tokens / cost / base, 3)})
     best = max(rows, key=lambda r: r["tokens_per_s"])
     why = (f"K={best['k']}: {best['tokens_per_cycle']:.2f} expected tokens per cycle (1 + accepted-per-position sum "
            f"{', '.join(f'{a:.2f}' for a in per_position[:best['k']])}) over a cycle of {best['cycle_s'] * 1e3:.2f} ms "
-           f"(verify {best['k'] + 1} tokens {costs['verify_s'][best['k'] + 1] * 1e3:.2f} ms + drafting) = {best['tokens_per_s']} tok/s, "
+           f"(verify {best['k'] + 1} tokens {costs['verify_s'][best['k'] + 1] * 1e3:.2f} ms + drafting) = "
+           f"{best['tokens_per_s']} tok/s, "
            f"{best['speedup']}x the target alone ({base:.1f} tok/s); ")
     nxt = next((r for r in rows if r["k"] == best["k"] + 1), None)
-    if nxt: why += f"K={nxt['k']} would add {per_position[best['k']]:.2f} tokens per cycle for {(nxt['cycle_s'] - best['cycle_s']) * 1e3:.2f} ms more."
+    if nxt:
+        more_ms = (nxt['cycle_s'] - best['cycle_s']) * 1e3
+        why += f"K={nxt['k']} would add {per_position[best['k']]:.2f} tokens per cycle for {more_ms:.2f} ms more."
     else: why += "the largest K measured; a longer chain might still help."
-    if best["speedup"] < 1: why += (" No K is predicted to beat the target alone here (drafting and the wider verify forward "
-                                    "cost more than the accepted tokens save): serve without speculation.")
+    if best["speedup"] < 1:
+        why += (" No K is predicted to beat the target alone here (drafting and the wider verify forward "
+                "cost more than the accepted tokens save): serve without speculation.")
     return {"k": best["k"], "reasoning": why, "table": rows, "target_alone_tokens_per_s": round(base, 2)}
 
 # %% ../nbs/10_evaluate.ipynb #b5bd465e
 def tau_sim_by_k(metrics_path, ks) -> dict|None:
-    "The training stage's simulated τ on held-out data for each chain length K: `1 + Σ_{k≤K} Π_{j≤k} cond_acc_j` (last held-out row)."
+    "Training's simulated held-out τ for each chain length K: `1 + Σ_{k≤K} Π_{j≤k} cond_acc_j` (last held-out row)."
     from eagle3nb.core import JsonlReader
     p = Path(metrics_path)
     if not p.exists(): return None
@@ -266,16 +294,22 @@ def tau_sim_by_k(metrics_path, ks) -> dict|None:
     for K in ks:
         if K > len(ca): continue
         full, prod = [], 1.0
-        for c in ca[:K]: prod *= c; full.append(prod)
+        for c in ca[:K]:
+            prod *= c
+            full.append(prod)
         out[K] = round(1 + sum(full), 5)
-    return {"split": rows[-1].get("split"), "step": rows[-1].get("step"), "tau_sim": rows[-1].get("tau_sim"), "by_k": out}
+    return {"split": rows[-1].get("split"), "step": rows[-1].get("step"), "tau_sim": rows[-1].get("tau_sim"),
+            "by_k": out}
 
 # %% ../nbs/10_evaluate.ipynb #1b45ed3b
 def plot_report(report:dict, out_dir) -> list:
-    "Figures of a report: τ and tokens per target forward against K, per-position acceptance, speed-up; each names its settings."
-    import matplotlib; matplotlib.use("Agg") if not matplotlib.get_backend().lower().startswith(("module://", "nbagg", "widget", "ipympl")) else None
+    "A report's figures: τ and tokens per target forward against K, per-position acceptance, speed-up; with settings."
+    import matplotlib
+    interactive = matplotlib.get_backend().lower().startswith(("module://", "nbagg", "widget", "ipympl"))
+    matplotlib.use("Agg") if not interactive else None
     import matplotlib.pyplot as plt
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     c, rows = report["config"], report["rows"]
     note = (f"{c['target_name']} · chain · T={c['temperature']} · {c['n_prompts']} prompts ({c['prompts_name']}) · "
             f"{c['max_new_tokens']} new tokens")
@@ -289,19 +323,37 @@ def plot_report(report:dict, out_dir) -> list:
         axs[1].plot([r["k"] for r in rs], [r["tokens_per_forward"] for r in rs], mk, label=m)
         axs[2].plot([r["k"] for r in rs], [r["speedup"] for r in rs], mk, label=m)
     ts = report.get("training_tau_sim")
-    if ts and ts["by_k"]: axs[0].plot(list(map(int, ts["by_k"])), list(ts["by_k"].values()), "x:", label="eagle3 τ_sim (training, held-out)")
-    axs[1].axhline(1, color="gray", lw=0.8); axs[2].axhline(1, color="gray", lw=0.8)
-    for ax, t in zip(axs, ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward", "wall-clock tokens/s vs target alone")):
-        ax.set_xlabel("K (draft tokens per verify step)"); ax.set_title(t, fontsize=10); ax.legend(fontsize=8); ax.grid(alpha=.3)
-    fig.suptitle(note, fontsize=10); fig.tight_layout()
-    fig.savefig(out/"acceptance_vs_k.png", dpi=110); paths.append(out/"acceptance_vs_k.png"); plt.close(fig)
+    if ts and ts["by_k"]:
+        axs[0].plot(list(map(int, ts["by_k"])), list(ts["by_k"].values()), "x:",
+                    label="eagle3 τ_sim (training, held-out)")
+    axs[1].axhline(1, color="gray", lw=0.8)
+    axs[2].axhline(1, color="gray", lw=0.8)
+    for ax, t in zip(axs,
+                     ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward",
+                      "wall-clock tokens/s vs target alone")):
+        ax.set_xlabel("K (draft tokens per verify step)")
+        ax.set_title(t, fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=.3)
+    fig.suptitle(note, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out/"acceptance_vs_k.png", dpi=110)
+    paths.append(out/"acceptance_vs_k.png")
+    plt.close(fig)
     rs = by("eagle3")
     if rs:
         fig, ax = plt.subplots(figsize=(6, 4))
         for r in rs: ax.plot(range(1, r["k"] + 1), r["per_position"], marker=".", label=f"K={r['k']}")
-        ax.set_xlabel("draft position k"); ax.set_ylabel("share of verify steps whose k-th draft was accepted"); ax.set_ylim(0, 1.02)
-        ax.set_title(f"eagle3 per-position acceptance\n{note}", fontsize=9); ax.legend(fontsize=7); ax.grid(alpha=.3)
-        fig.tight_layout(); fig.savefig(out/"per_position.png", dpi=110); paths.append(out/"per_position.png"); plt.close(fig)
+        ax.set_xlabel("draft position k")
+        ax.set_ylabel("share of verify steps whose k-th draft was accepted")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"eagle3 per-position acceptance\n{note}", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=.3)
+        fig.tight_layout()
+        fig.savefig(out/"per_position.png", dpi=110)
+        paths.append(out/"per_position.png")
+        plt.close(fig)
     return paths
 
 # %% ../nbs/10_evaluate.ipynb #d1b7aec5
@@ -310,7 +362,7 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
              drafter=None, # a drafter directory (default: RUN/train/drafter)
              ks=range(1, 8), temperature:float=0.0, max_new_tokens:int=128, limit:int|None=None,
              ngram:bool=True, progress:bool=True) -> dict:
-    "Measure the drafter by real draft-and-verify decoding beside n-gram lookup; write `report.json` and plots; return the report."
+    "Measure the drafter by real draft-and-verify decoding beside n-gram lookup; write `report.json`, plots; return it."
     from eagle3nb.models import load_target
     t0, run = time.time(), Path(run)
     d = load_drafter(Path(drafter) if drafter else run/"train"/"drafter")
@@ -323,11 +375,14 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     costs = measure_costs(model, d, ps[0][1] + res["outputs"][0], max(ks))
     rec = recommend_k(best["per_position"], costs)
     out = stage_dir(run, "evaluate")
-    report = {"config": {"target": str(tgt.path), "target_name": tgt.path.name, "drafter": str(drafter or run/"train"/"drafter"),
+    report = {"config": {"target": str(tgt.path), "target_name": tgt.path.name,
+                         "drafter": str(drafter or run/"train"/"drafter"),
                          "prompts": str(prompts), "prompts_name": Path(prompts).name, "n_prompts": len(ps), "ks": ks,
-                         "chain": True, "temperature": temperature, "max_new_tokens": max_new_tokens, "dtype": "float32",
+                         "chain": True, "temperature": temperature, "max_new_tokens": max_new_tokens,
+                         "dtype": "float32",
                          "ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4} if ngram else None},
-              "rows": res["rows"], "costs": {k: ({str(n): v for n, v in c.items()} if isinstance(c, dict) else c) for k, c in costs.items()},
+              "rows": res["rows"],
+              "costs": {k: ({str(n): v for n, v in c.items()} if isinstance(c, dict) else c) for k, c in costs.items()},
               "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", ks)}
     report["plots"] = [str(p) for p in plot_report(report, out/"plots")]
     write_json(out/"report.json", report)
@@ -339,11 +394,14 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
 def print_report(report:dict):
     "A table of the rows, the training τ_sim beside the measured τ, and the recommended K with its reasoning."
     c = report["config"]
-    print(f"target {c['target_name']}, chain, T={c['temperature']}, {c['n_prompts']} prompts from {c['prompts_name']}, {c['max_new_tokens']} new tokens")
+    print(f"target {c['target_name']}, chain, T={c['temperature']}, {c['n_prompts']} prompts from {c['prompts_name']}, "
+          f"{c['max_new_tokens']} new tokens")
     ts = (report.get("training_tau_sim") or {}).get("by_k", {})
-    print(f"{'method':8s} {'K':>2s} {'τ':>7s} {'τ_sim':>7s} {'tok/fwd':>8s} {'tok/s':>8s} {'speedup':>8s}  per-position acceptance")
+    print(f"{'method':8s} {'K':>2s} {'τ':>7s} {'τ_sim':>7s} {'tok/fwd':>8s} {'tok/s':>8s} {'speedup':>8s}  "
+          "per-position acceptance")
     for r in report["rows"]:
         sim = ts.get(r["k"], ts.get(str(r["k"]))) if r["method"] == "eagle3" else None
-        print(f"{r['method']:8s} {r['k']:2d} {r['tau'] or 1:7.3f} {'' if sim is None else f'{sim:7.3f}':>7s} {r['tokens_per_forward']:8.3f} "
+        print(f"{r['method']:8s} {r['k']:2d} {r['tau'] or 1:7.3f} {'' if sim is None else f'{sim:7.3f}':>7s} "
+              f"{r['tokens_per_forward']:8.3f} "
               f"{r['tokens_per_s']:8.1f} {r['speedup']:8.3f}  {' '.join(f'{a:.2f}' for a in r['per_position'])}")
     print("recommended", report["recommended"]["reasoning"])

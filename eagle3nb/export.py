@@ -26,9 +26,11 @@ def llama_fields(c:DrafterConfig) -> dict:
     "The one-layer Llama config of a drafter (what both engines build the layer from)."
     rope = {"rope_type": "default", **(c.rope_scaling or {}), "rope_theta": c.rope_theta}
     return {"model_type": "llama", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-            "num_hidden_layers": 1, "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
+            "num_hidden_layers": 1, "num_attention_heads": c.num_attention_heads,
+            "num_key_value_heads": c.num_key_value_heads,
             "head_dim": c.head_dim, "hidden_act": c.hidden_act, "max_position_embeddings": c.max_position_embeddings,
-            "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling, "rope_parameters": rope,
+            "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling,
+            "rope_parameters": rope,
             "vocab_size": c.vocab_size, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
             "torch_dtype": "float32"}
 
@@ -36,11 +38,13 @@ def llama_fields(c:DrafterConfig) -> dict:
 def _layer_tensors(d:Drafter, prefix:str) -> dict:
     "The drafter's tensors under the engine's names (`midlayer.` → `prefix`), embeddings excluded."
     sd = {k: v.detach().contiguous().cpu() for k, v in d.state_dict().items() if not k.startswith("rotary.")}
-    return {(prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k): v for k, v in sd.items() if k != "embed_tokens.weight"}
+    return {(prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k): v
+            for k, v in sd.items() if k != "embed_tokens.weight"}
 
 def _write(out_dir, config:dict, tensors:dict) -> Path:
     from safetensors.torch import save_file
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     tmp = out/"model.safetensors.tmp"
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, out/"model.safetensors")
@@ -49,41 +53,52 @@ def _write(out_dir, config:dict, tensors:dict) -> Path:
 
 # %% ../nbs/11_export.ipynb #97098eb8
 def export_sglang(d:Drafter, out_dir) -> Path:
-    "SGLang / TensorRT-LLM layout (`LlamaForCausalLMEagle3`): `midlayer.*`, no `embed_tokens` (the server shares the target's)."
+    "SGLang / TensorRT-LLM layout (`LlamaForCausalLMEagle3`): `midlayer.*`, no `embed_tokens` (shared with the target)."
     c = d.config
     if c.norm_before_residual:
-        raise InputError("this drafter was trained with norm_before_residual=True, which SGLang's LlamaForCausalLMEagle3 "
-                         "does not implement (it keeps the raw state as the residual); export --format speculators for vLLM")
+        raise InputError("this drafter was trained with norm_before_residual=True, which SGLang's "
+                         "LlamaForCausalLMEagle3 "
+                         "does not implement (it keeps the raw state as the residual); export --format speculators for "
+                         "vLLM")
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
            "target_hidden_size": c.target_hidden_size,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_aux_ids(c.aux_layers_hf), "use_aux_hidden_state": True},
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_aux_ids(c.aux_layers_hf),
+                            "use_aux_hidden_state": True},
            "norm_before_residual": c.norm_before_residual, "norm_output": False, "fc_norm": False,
            "eagle3nb": {"target": c.target, "aux_layers_hf": c.aux_layers_hf}}
     return _write(out_dir, cfg, _layer_tensors(d, "midlayer."))
 
 # %% ../nbs/11_export.ipynb #79ce4754
-def export_speculators(d:Drafter, out_dir, speculative_tokens:int=3, # proposal_methods[0].speculative_tokens (vLLM's default K)
+def export_speculators(d:Drafter, out_dir,
+                       speculative_tokens:int=3, # proposal_methods[0].speculative_tokens (vLLM's default K)
                       ) -> Path:
-    "vLLM's speculators layout (`Eagle3DraftModel`): `layers.0.*`, `embed_tokens.weight` included, conventions written explicitly."
+    "vLLM's speculators layout (`Eagle3DraftModel`): `layers.0.*` and `embed_tokens.weight`, conventions explicit."
     c = d.config
-    verifier = json.loads((Path(c.target)/"config.json").read_text()) if c.target and (Path(c.target)/"config.json").exists() else {}
+    vcfg = Path(c.target)/"config.json" if c.target else None
+    verifier = json.loads(vcfg.read_text()) if vcfg and vcfg.exists() else {}
     cfg = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
            "transformer_layer_config": llama_fields(c),
            "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                                  "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": int(speculative_tokens),
+                                  "proposal_methods": [{"proposal_type": "greedy",
+                                                        "speculative_tokens": int(speculative_tokens),
                                                         "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                                  "verifier": {"name_or_path": c.target or None, "architectures": verifier.get("architectures", [])}},
+                                  "verifier": {"name_or_path": c.target or None,
+                                               "architectures": verifier.get("architectures", [])}},
            "draft_vocab_size": c.draft_vocab_size, "target_hidden_size": c.target_hidden_size,
            "eagle_aux_hidden_state_layer_ids": list(c.aux_layers_hf),
-           "norm_before_residual": c.norm_before_residual, "norm_before_fc": False, "fc_norm": False, "norm_output": False,
+           "norm_before_residual": c.norm_before_residual, "norm_before_fc": False, "fc_norm": False,
+           "norm_output": False,
            "embed_requires_grad": False, "torch_dtype": "float32"}
     t = _layer_tensors(d, "layers.0.")
     t["embed_tokens.weight"] = d.embed_tokens.weight.detach().contiguous().cpu()
-    if c.draft_vocab_size == c.vocab_size: t.pop("d2t"); t.pop("t2d")   # readers have no vocabulary map for a full vocabulary
+    if c.draft_vocab_size == c.vocab_size:
+        t.pop("d2t")
+        t.pop("t2d")   # readers have no vocabulary map for a full vocabulary
     return _write(out_dir, cfg, t)
 
 # %% ../nbs/11_export.ipynb #c4083e94
-def load_export(path, target=None # the target dir for the embeddings of an SGLang export (default: the one recorded at export)
+def load_export(path,
+                target=None # the target dir, for an SGLang export's embeddings (default: the one recorded at export)
                ) -> Drafter:
     "Read an SGLang or speculators export back into eagle3nb's `Drafter`."
     from safetensors.torch import load_file
@@ -91,22 +106,32 @@ def load_export(path, target=None # the target dir for the embeddings of an SGLa
     cfg = json.loads((p/"config.json").read_text())
     t = load_file(str(p/"model.safetensors"))
     if cfg.get("speculators_model_type") == "eagle3":
-        l, aux, prefix, tgt = cfg["transformer_layer_config"], cfg["eagle_aux_hidden_state_layer_ids"], "layers.0.", cfg["speculators_config"]["verifier"]["name_or_path"]
+        l, aux, prefix = cfg["transformer_layer_config"], cfg["eagle_aux_hidden_state_layer_ids"], "layers.0."
+        tgt = cfg["speculators_config"]["verifier"]["name_or_path"]
     elif "LlamaForCausalLMEagle3" in cfg.get("architectures", []):
-        l, aux, prefix, tgt = cfg, hf_aux_ids_from_sglang(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]), "midlayer.", cfg.get("eagle3nb", {}).get("target")
-    else: raise InputError(f"{p}/config.json is neither a speculators eagle3 nor an SGLang LlamaForCausalLMEagle3 checkpoint")
+        l, aux = cfg, hf_aux_ids_from_sglang(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+        prefix, tgt = "midlayer.", cfg.get("eagle3nb", {}).get("target")
+    else:
+        raise InputError(f"{p}/config.json is neither a speculators eagle3 nor an SGLang LlamaForCausalLMEagle3 "
+                         "checkpoint")
     tgt = str(target or tgt or "")
-    c = DrafterConfig(hidden_size=l["hidden_size"], num_attention_heads=l["num_attention_heads"], num_key_value_heads=l["num_key_value_heads"],
+    c = DrafterConfig(hidden_size=l["hidden_size"], num_attention_heads=l["num_attention_heads"],
+                      num_key_value_heads=l["num_key_value_heads"],
                       head_dim=l["head_dim"], intermediate_size=l["intermediate_size"], vocab_size=l["vocab_size"],
-                      draft_vocab_size=cfg.get("draft_vocab_size") or l["vocab_size"], target_hidden_size=cfg.get("target_hidden_size") or l["hidden_size"],
-                      aux_layers_hf=aux, rms_norm_eps=l["rms_norm_eps"], rope_theta=l["rope_theta"], rope_scaling=l.get("rope_scaling"),
+                      draft_vocab_size=cfg.get("draft_vocab_size") or l["vocab_size"],
+                      target_hidden_size=cfg.get("target_hidden_size") or l["hidden_size"],
+                      aux_layers_hf=aux, rms_norm_eps=l["rms_norm_eps"], rope_theta=l["rope_theta"],
+                      rope_scaling=l.get("rope_scaling"),
                       max_position_embeddings=l["max_position_embeddings"], hidden_act=l["hidden_act"],
                       norm_before_residual=bool(cfg.get("norm_before_residual", False)), target=tgt)
     sd = {("midlayer." + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in t.items()}
     if "embed_tokens.weight" not in sd:
-        if not tgt: raise InputError(f"{p} has no embed_tokens.weight: pass target= (the model directory it drafts for)")
+        if not tgt:
+            raise InputError(f"{p} has no embed_tokens.weight: pass target= (the model directory it drafts for)")
         sd["embed_tokens.weight"] = target_embeddings(tgt).float()
-    if "d2t" not in sd: sd["d2t"], sd["t2d"] = torch.zeros(c.draft_vocab_size, dtype=torch.long), torch.ones(c.vocab_size, dtype=torch.bool)
+    if "d2t" not in sd:
+        sd["d2t"] = torch.zeros(c.draft_vocab_size, dtype=torch.long)
+        sd["t2d"] = torch.ones(c.vocab_size, dtype=torch.bool)
     d = Drafter(c)
     d.load_state_dict(sd)
     return d.eval()

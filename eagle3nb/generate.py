@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import InputError, JsonlReader, JsonlWriter, stage_dir, write_jsonl_atomic, write_manifest
+from .core import InputError, JsonlReader, JsonlWriter, Tally, stage_dir, write_jsonl_atomic, write_manifest
 from .engines import EngineError, Sampling
 
 # %% auto #0
@@ -37,7 +37,8 @@ def summarize(records:list) -> dict:
     pct = lambda q: lens[min(len(lens) - 1, int(q * len(lens)))] if lens else None
     return {"finish": dict(Counter(r["finish_reason"]["type"] for r in records)),
             "output_tokens": sum(lens), "prompt_tokens": sum(len(r["prompt_ids"]) for r in records),
-            "output_len": {"min": lens[0] if lens else None, "p50": pct(0.5), "p90": pct(0.9), "max": lens[-1] if lens else None},
+            "output_len": {"min": lens[0] if lens else None, "p50": pct(0.5), "p90": pct(0.9),
+                           "max": lens[-1] if lens else None},
             "repaired": sum(1 for r in records if r.get("meta", {}).get("repaired_prompt_prefix")),
             "clamped": sum(1 for r in records if r.get("meta", {}).get("max_new_tokens_clamped"))}
 
@@ -50,8 +51,8 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                          limit:int|None=None, # only the first `limit` prompts
                          prompts_path=None, # read prompts from here instead of `run/prompts/prompts.jsonl`
                          progress:bool=True,
-                         max_prompt_tokens:int|None=None, # skip longer prompts (default: the smallest engine context minus 2, room for one token)
-                         batch_size:int=1, # prompts per request where the engine takes batches (SGLang: a list of input_ids)
+                         max_prompt_tokens:int|None=None, # skip longer prompts (default: smallest engine context - 2)
+                         batch_size:int=1, # prompts per request where the engine takes batches (SGLang)
                         ) -> dict:
     "Generate for every prompt of a run that has no result yet; return the manifest."
     t0 = time.time()
@@ -69,8 +70,10 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
         if p.exists(): JsonlWriter(p).close()
     done, failed, skipped = _ids_in(ok_p), _ids_in(fail_p), _ids_in(skip_p)
     if retry_failed and failed:
-        _rewrite_without(fail_p, failed); failed = set()
-    items, seen, dups, n_dup, item_ids = [], set(), [], Counter(), set()   # item_ids: this run's item set, duplicates included
+        _rewrite_without(fail_p, failed)
+        failed = set()
+    # item_ids: this run's item set, duplicates included
+    items, seen, dups, n_dup, item_ids = [], set(), [], Counter(), set()
     for it in work_items(prompts, n, sampling):
         if it[0] in seen:   # a repeated prompt id: its k-th repeat is skipped as `<id>#dup<k>`, once across reruns
             n_dup[it[0]] += 1
@@ -88,31 +91,39 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     with JsonlWriter(ok_p) as ok_w, JsonlWriter(fail_p) as fail_w, JsonlWriter(skip_p) as skip_w:
         for dup_id, it in dups:
             skip_w.write({"id": dup_id, "prompt_id": it[1]["id"], "sample": it[2],
-                          "reason": "duplicate prompt id in the input"}); stats["new_skipped"] += 1
+                          "reason": "duplicate prompt id in the input"})
+            stats["new_skipped"] += 1
         def finish(it, engine_info, result, latency, clamp=None):
             "Write one item's outcome: a `Generation` or an exception."
             gid, rec, k, s = it
             base = {"id": gid, "prompt_id": rec["id"], "sample": k}
             where = {"kind": engine_info["kind"], "url": engine_info.get("url")}
             if isinstance(result, EngineError):
-                fail_w.write({**base, "reason": result.message, "transient": result.transient, "status": result.status, "engine": where})
+                fail_w.write({**base, "reason": result.message, "transient": result.transient, "status": result.status,
+                              "engine": where})
                 stats["new_failed"] += 1
             elif isinstance(result, Exception):   # a bug or an unexpected answer: a failure with its reason, never lost
-                fail_w.write({**base, "reason": f"{type(result).__name__}: {result}", "transient": False, "status": None, "engine": where})
+                fail_w.write({**base, "reason": f"{type(result).__name__}: {result}", "transient": False,
+                              "status": None, "engine": where})
                 stats["new_failed"] += 1
             else:
                 if clamp: result.meta["max_new_tokens_clamped"] = clamp
-                ok_w.write({**base, "prompt_ids": rec["prompt_ids"], "output_ids": result.output_ids, "finish_reason": result.finish_reason,
-                            "sampling": asdict(s), "engine": {k2: engine_info.get(k2) for k2 in ("kind", "url", "version", "model")},
+                ok_w.write({**base, "prompt_ids": rec["prompt_ids"], "output_ids": result.output_ids,
+                            "finish_reason": result.finish_reason,
+                            "sampling": asdict(s),
+                            "engine": {k2: engine_info.get(k2) for k2 in ("kind", "url", "version", "model")},
                             "usage": result.usage, "timings": {"latency_s": round(latency, 4)}, "meta": result.meta})
-                stats["tokens"] += len(result.output_ids); stats["new_ok"] += 1
+                stats["tokens"] += len(result.output_ids)
+                stats["new_ok"] += 1
             bar.update(1)
             el = time.time() - t0
-            bar.set_postfix(tok_s=f"{stats['tokens'] / el:.0f}" if el else "-", failed=stats["new_failed"], refresh=False)
+            bar.set_postfix(tok_s=f"{stats['tokens'] / el:.0f}" if el else "-", failed=stats["new_failed"],
+                            refresh=False)
 
         def skip(it, reason):
             skip_w.write({"id": it[0], "prompt_id": it[1]["id"], "sample": it[2], "reason": reason})
-            stats["new_skipped"] += 1; bar.update(1)
+            stats["new_skipped"] += 1
+            bar.update(1)
 
         async def worker(engine, info):
             many = batch_size > 1 and hasattr(engine, "generate_many")
@@ -124,20 +135,30 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                     except asyncio.QueueEmpty: break
                     n_ids = len(it[1]["prompt_ids"])
                     if max_prompt_tokens and n_ids > max_prompt_tokens:
-                        skip(it, f"prompt has {n_ids} tokens > {max_prompt_tokens} (engine context {min(ctx) if ctx else '?'} "
-                                 "less room for one new token)"); continue
-                    room = ctx_e - 1 - n_ids if ctx_e else None   # what fits after the prompt (SGLang: prompt + new < context)
+                        skip(it,
+                             f"prompt has {n_ids} tokens > {max_prompt_tokens} (engine context "
+                             f"{min(ctx) if ctx else '?'} "
+                                 "less room for one new token)")
+                        continue
+                    # what fits after the prompt (SGLang: prompt + new < context)
+                    room = ctx_e - 1 - n_ids if ctx_e else None
                     if room is not None and room < 1:
-                        skip(it, f"prompt has {n_ids} tokens: no room for a new token in {info['kind']} context {ctx_e}"); continue
+                        skip(it,
+                             f"prompt has {n_ids} tokens: no room for a new token in {info['kind']} context {ctx_e}")
+                        continue
                     clamp = None
-                    if room is not None and it[3].max_new_tokens > room:   # clamp this prompt's budget to what fits, and record it
+                    # clamp this prompt's budget to what fits, and record it
+                    if room is not None and it[3].max_new_tokens > room:
                         clamp = {"asked": it[3].max_new_tokens, "sent": room, "context_length": ctx_e}
                         it = (*it[:3], Sampling(**{**asdict(it[3]), "max_new_tokens": room}))
-                    batch.append(it); clamps.append(clamp)
+                    batch.append(it)
+                    clamps.append(clamp)
                 if not batch: return
                 t1 = time.time()
                 if many:   # one request carrying a list of input_ids (SGLang); answers in input order
-                    try: results = await engine.generate_many([it[1]["prompt_ids"] for it in batch], [it[3] for it in batch], [it[0] for it in batch])
+                    try:
+                        results = await engine.generate_many([it[1]["prompt_ids"] for it in batch],
+                                                             [it[3] for it in batch], [it[0] for it in batch])
                     except EngineError as e:
                         if e.transient or len(batch) == 1: results = [e] * len(batch)
                         else:   # a 400 for the whole batch: send its prompts one by one so only the bad one fails
@@ -154,19 +175,22 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     bar.close()
     dt = time.time() - t0
     all_ok = [o for _, o in JsonlReader(ok_p)]
-    ok_recs = [o for o in all_ok if o["id"] in item_ids]   # counted against this run's items (another --limit or --prompts)
+    # counted against this run's items (another --limit or --prompts)
+    ok_recs = [o for o in all_ok if o["id"] in item_ids]
     fail_ids, skip_ids = _ids_in(fail_p), _ids_in(skip_p)
     n_ok, n_fail, n_skip = len(ok_recs), len(fail_ids & item_ids), len(skip_ids & item_ids)
     n_items = len(prompts) * n
     counts = {"items": n_items, "success": n_ok, "failed": n_fail, "skipped": n_skip,
               "this_run": stats, "prompts": len(prompts), "n": n,
-              "not_in_items": {"success": len(all_ok) - n_ok, "failed": len(fail_ids - item_ids), "skipped": len(skip_ids - item_ids)}}
-    if n_ok + n_fail + n_skip != n_items:
-        raise RuntimeError(f"accounting error in {out}: success {n_ok} + failed {n_fail} + skipped {n_skip} != items {n_items}")
+              "not_in_items": {"success": len(all_ok) - n_ok, "failed": len(fail_ids - item_ids),
+                               "skipped": len(skip_ids - item_ids)}}
+    Tally(read=n_items, accepted=n_ok, rejected=Counter(failed=n_fail, skipped=n_skip)).check(out)
     return write_manifest(out, "generate",
-        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n, "concurrency": concurrency, "batch_size": batch_size, "limit": limit,
+        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n, "concurrency": concurrency,
+                "batch_size": batch_size, "limit": limit,
                 "engines": infos, "max_prompt_tokens": max_prompt_tokens},
-        counts=counts, timings={"seconds": round(dt, 3), "new_tokens_per_s": round(stats["tokens"] / dt, 1) if dt else None},
+        counts=counts,
+        timings={"seconds": round(dt, 3), "new_tokens_per_s": round(stats["tokens"] / dt, 1) if dt else None},
         summary=summarize(ok_recs))
 
 def generate(run, engines, sampling, **kw) -> dict:

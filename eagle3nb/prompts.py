@@ -32,38 +32,56 @@ class JsonArrayReader:
             nonlocal buf, pos, eof
             chunk = f.read(self.chunk_size)
             if not chunk: eof = True
-            buf = buf[pos:] + idec.decode(chunk, final=not chunk); pos = 0
+            buf = buf[pos:] + idec.decode(chunk, final=not chunk)
+            pos = 0
         def skip_ws():
             nonlocal pos, byte_pos
             while True:
-                while pos < len(buf) and buf[pos] in _WS: pos += 1; byte_pos += 1   # whitespace is ASCII
+                while pos < len(buf) and buf[pos] in _WS:
+                    pos += 1
+                    byte_pos += 1   # whitespace is ASCII
                 if pos < len(buf) or eof: return
                 more()
         def advance(new_pos):
             nonlocal pos, byte_pos
-            byte_pos += len(buf[pos:new_pos].encode("utf-8", "surrogateescape")); pos = new_pos
+            byte_pos += len(buf[pos:new_pos].encode("utf-8", "surrogateescape"))
+            pos = new_pos
         try:
             skip_ws()
             if pos >= len(buf) or buf[pos] != "[":
-                raise InputError(f"{self.path}: not a JSON array (first character {buf[pos:pos+1]!r}); use JSONL or a JSON array of rows")
+                raise InputError(f"{self.path}: not a JSON array (first character {buf[pos:pos+1]!r}); use JSONL or a "
+                                 "JSON array of rows")
             advance(pos + 1)
             while True:
                 skip_ws()
-                if pos >= len(buf): self._truncate(byte_pos, "the file ends before the closing ']'"); return
+                if pos >= len(buf):
+                    self._truncate(byte_pos, "the file ends before the closing ']'")
+                    return
                 if buf[pos] == "]" and self.count == 0: return
                 while True:
-                    try: obj, end = dec.raw_decode(buf, pos); break
+                    try:
+                        obj, end = dec.raw_decode(buf, pos)
+                        break
                     except json.JSONDecodeError as e:
-                        if eof: self._truncate(byte_pos, f"element {self.count} is incomplete ({e.msg})"); return
+                        if eof:
+                            self._truncate(byte_pos, f"element {self.count} is incomplete ({e.msg})")
+                            return
                         if len(buf) - pos > self.max_element_bytes:
-                            raise InputError(f"{self.path} byte {byte_pos}: element {self.count} is not valid JSON ({e.msg})") from None
+                            raise InputError(f"{self.path} byte {byte_pos}: element {self.count} is not valid JSON "
+                                             f"({e.msg})") from None
                         more()
-                start = byte_pos; advance(end)
-                yield self.count, start, obj; self.count += 1
+                start = byte_pos
+                advance(end)
+                yield self.count, start, obj
+                self.count += 1
                 skip_ws()
-                if pos >= len(buf): self._truncate(byte_pos, "the file ends after an element"); return
+                if pos >= len(buf):
+                    self._truncate(byte_pos, "the file ends after an element")
+                    return
                 if buf[pos] == "]": return
-                if buf[pos] != ",": raise InputError(f"{self.path} byte {byte_pos}: expected ',' or ']' after element {self.count - 1}, found {buf[pos]!r}")
+                if buf[pos] != ",":
+                    raise InputError(f"{self.path} byte {byte_pos}: expected ',' or ']' after element "
+                                     f"{self.count - 1}, found {buf[pos]!r}")
                 advance(pos + 1)
         finally: f.close()
     def _truncate(self, offset, detail):
@@ -77,7 +95,9 @@ ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 class Reject(Exception):
     "A row that cannot become a prompt: `reason` (a fixed code) and `detail` (what exactly)."
-    def __init__(self, reason:str, detail:str): super().__init__(f"{reason}: {detail}"); self.reason, self.detail = reason, detail
+    def __init__(self, reason:str, detail:str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
 
 @dataclass
 class Conversation:
@@ -88,7 +108,9 @@ class Conversation:
     format: str
 
 def _has_surrogates(s:str) -> bool:
-    try: s.encode("utf-8"); return False
+    try:
+        s.encode("utf-8")
+        return False
     except UnicodeEncodeError: return True
 
 def _check_text(x, where):
@@ -96,7 +118,9 @@ def _check_text(x, where):
     if isinstance(x, str):
         if _has_surrogates(x): raise Reject("undecodable_text", f"{where} holds bytes that are not valid UTF-8 text")
     elif isinstance(x, dict):
-        for k, v in x.items(): _check_text(k, where); _check_text(v, f"{where}.{k}")
+        for k, v in x.items():
+            _check_text(k, where)
+            _check_text(v, f"{where}.{k}")
     elif isinstance(x, list):
         for i, v in enumerate(x): _check_text(v, f"{where}[{i}]")
 
@@ -108,7 +132,9 @@ def normalize_row(row, default_id:str) -> Conversation:
     if "messages" in row: msgs, fmt = row["messages"], "openai"
     elif "conversations" in row: msgs, fmt = row["conversations"], "specforge"
     else: raise Reject("malformed_row", f"no 'messages' or 'conversations' (keys: {sorted(row)[:8]})")
-    if not isinstance(msgs, list): raise Reject("malformed_row", f"'{'messages' if fmt == 'openai' else 'conversations'}' is a {type(msgs).__name__}, not a list")
+    if not isinstance(msgs, list):
+        raise Reject("malformed_row",
+                     f"'{'messages' if fmt == 'openai' else 'conversations'}' is a {type(msgs).__name__}, not a list")
     if not msgs: raise Reject("empty_conversation", "no messages")
     out = []
     for i, m in enumerate(msgs):
@@ -116,10 +142,12 @@ def normalize_row(row, default_id:str) -> Conversation:
         if "from" in m and "role" not in m:   # ShareGPT
             fmt = "sharegpt"
             role = SHAREGPT_ROLES.get(str(m["from"]).lower())
-            if role is None: raise Reject("unknown_role", f"message {i} has from={m['from']!r}; known: {sorted(SHAREGPT_ROLES)}")
+            if role is None:
+                raise Reject("unknown_role", f"message {i} has from={m['from']!r}; known: {sorted(SHAREGPT_ROLES)}")
             m = {"role": role, "content": m.get("value")}
         else:
-            if m.get("role") not in ROLES: raise Reject("unknown_role", f"message {i} has role={m.get('role')!r}; known: {sorted(ROLES)}")
+            if m.get("role") not in ROLES:
+                raise Reject("unknown_role", f"message {i} has role={m.get('role')!r}; known: {sorted(ROLES)}")
             m = dict(m)
         c = m.get("content")
         if c is None and not m.get("tool_calls"): m["content"] = c = ""
@@ -131,12 +159,14 @@ def normalize_row(row, default_id:str) -> Conversation:
         return not m.get("tool_calls") and (not c or (isinstance(c, str) and not c.strip()))
     if all(_empty(m) for m in out): raise Reject("empty_conversation", f"all {len(out)} messages are empty")
     tools = row.get("tools")
-    if tools is not None and not isinstance(tools, list): raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")
+    if tools is not None and not isinstance(tools, list):
+        raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")
     return Conversation(rid, out, tools or None, fmt)
 
-def first_turn(conv:Conversation, drop_leading_assistant:bool=True # drop assistant/tool turns before the first user turn (as SpecForge does)
+def first_turn(conv:Conversation,
+               drop_leading_assistant:bool=True # drop assistant/tool turns before the first user turn (as SpecForge)
               ) -> tuple[list, int, int]:
-    "The prompt messages for turn 0 (everything before the first assistant turn that follows a user turn), how many leading turns were dropped, and the index of the assistant turn to generate."
+    "Turn 0's prompt (all before the first assistant turn after a user turn), turns dropped, the turn to generate."
     u = next((i for i, m in enumerate(conv.messages) if m["role"] == "user"), None)
     if u is None: raise Reject("no_user_turn", f"none of the {len(conv.messages)} messages is a user message")
     lead = [m for m in conv.messages[:u] if m["role"] in ("system", "developer")]
@@ -165,7 +195,8 @@ def _first_byte(path) -> bytes:
 class RowReader:
     "Yield `(where, row_or_BadLine)` from a JSON array or JSONL file; `.truncated` / `.torn` report a cut-off end."
     def __init__(self, path):
-        self.path = Path(path); self.is_array = _first_byte(self.path) == b"["
+        self.path = Path(path)
+        self.is_array = _first_byte(self.path) == b"["
         self._r = JsonArrayReader(self.path) if self.is_array else JsonlReader(self.path, bad="yield")
     def __iter__(self):
         if self.is_array:
@@ -180,7 +211,8 @@ def render_prompt(tokenizer, messages:list, tools:list|None=None, thinking:bool|
     "Prompt ids for the next assistant turn after `messages`."
     kw = dict(template_kwargs)
     if thinking is not None: kw.update(enable_thinking=thinking, thinking=thinking)
-    text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False, **kw)
+    text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                                         **kw)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 def template_hash(tokenizer) -> str|None:
@@ -190,10 +222,6 @@ def template_hash(tokenizer) -> str|None:
     return hashlib.sha256(t.encode()).hexdigest() if t else None
 
 # %% ../nbs/02_prompts.ipynb #d6a5ebd5
-def _context_length(target) -> int|None:
-    try: return int(target.config().get("max_position_embeddings"))
-    except Exception: return None
-
 def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset names, e.g. "sharegpt"
             target, # a target name or model directory (its tokenizer and template render the prompts)
             run, # the run directory; output goes to `run/prompts/`
@@ -210,12 +238,13 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
     paths = [resolve_input(i) for i in inputs]
     tgt = load_target(target) if isinstance(target, (str, Path)) else target
     tok = tgt.tokenizer
-    if max_prompt_tokens is None: max_prompt_tokens = _context_length(tgt)
+    if max_prompt_tokens is None: max_prompt_tokens = tgt.context_length
     out = stage_dir(run, "prompts")
     tmp_ok, tmp_rej = out/"prompts.jsonl.tmp-write", out/"rejected.jsonl.tmp-write"
     for p in (tmp_ok, tmp_rej): p.unlink(missing_ok=True)
     tally, seen, n_tokens, n_dropped, truncations = Tally(), set(), 0, 0, []
-    options = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant, "template_sha256": template_hash(tok),
+    options = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
+               "template_sha256": template_hash(tok),
                "max_prompt_tokens": max_prompt_tokens, "target": str(tgt.path)}
     bar = tqdm(total=limit, desc="prompts", unit="row", disable=not progress)
     with JsonlWriter(tmp_ok) as ok, JsonlWriter(tmp_rej) as rej:
@@ -223,31 +252,39 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
             reader = RowReader(path)
             for where, row in reader:
                 if limit is not None and tally.read >= limit: break
-                tally.read += 1; bar.update(1)
+                tally.read += 1
+                bar.update(1)
                 default_id = f"{path.stem}-{where.get('index', where.get('line'))}"
                 rid = str(row.get("id", default_id)) if isinstance(row, dict) else default_id
                 try:
                     if isinstance(row, BadLine): raise Reject(row.reason, row.detail)
                     conv = normalize_row(row, default_id)
-                    if conv.id in seen: raise Reject("duplicate_id", f"id {conv.id!r} was already used by an earlier row")
+                    if conv.id in seen:
+                        raise Reject("duplicate_id", f"id {conv.id!r} was already used by an earlier row")
                     seen.add(conv.id)
                     (msgs, dropped, k), tl = first_turn(conv, drop_leading_assistant), (conv.tools if tools else None)
                     try: ids = render_prompt(tok, msgs, tl, thinking)
                     except Exception as e: raise Reject("template_error", f"{type(e).__name__}: {e}") from None
                     if max_prompt_tokens and len(ids) > max_prompt_tokens:
-                        raise Reject("prompt_too_long", f"{len(ids)} prompt tokens > max_prompt_tokens={max_prompt_tokens}")
+                        raise Reject("prompt_too_long",
+                                     f"{len(ids)} prompt tokens > max_prompt_tokens={max_prompt_tokens}")
                 except Reject as e:
                     tally.reject(e.reason)
-                    rej.write({"id": rid, "where": where, "reason": e.reason, "detail": e.detail}); continue
+                    rej.write({"id": rid, "where": where, "reason": e.reason, "detail": e.detail})
+                    continue
                 rec = PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl,
                                    {"format": conv.format, **where, "row": row, "assistant_index": k},
                                    {"thinking": thinking, "dropped_leading": dropped})
-                ok.write(rec.to_dict()); tally.accepted += 1; n_tokens += len(ids); n_dropped += bool(dropped)
+                ok.write(rec.to_dict())
+                tally.accepted += 1
+                n_tokens += len(ids)
+                n_dropped += bool(dropped)
             if reader.truncated: truncations.append({"file": str(path), **reader.truncated})
             if limit is not None and tally.read >= limit: break
     bar.close()
     tally.check()
-    tmp_ok.replace(out/"prompts.jsonl"); tmp_rej.replace(out/"rejected.jsonl")
+    tmp_ok.replace(out/"prompts.jsonl")
+    tmp_rej.replace(out/"rejected.jsonl")
     dt = time.time() - t0
     for t in truncations:
         n = t.get("complete_elements")

@@ -21,7 +21,8 @@ def _vllm_error(msg:str, status:int=400):
     kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
     return JSONResponse({"error": {"message": msg, "type": kind, "param": None, "code": status}}, status_code=status)
 
-def _is_ids(x) -> bool: return isinstance(x, list) and len(x) > 0 and all(isinstance(i, int) and not isinstance(i, bool) for i in x)
+def _is_ids(x) -> bool:
+    return isinstance(x, list) and len(x) > 0 and all(isinstance(i, int) and not isinstance(i, bool) for i in x)
 
 def _meta(rid, g, t0) -> dict:
     return {"id": rid, "finish_reason": g.finish_reason, "prompt_tokens": g.usage["prompt_tokens"],
@@ -49,7 +50,8 @@ def create_app(engine:LocalEngine, # the engine that answers
         return JSONResponse({"model_path": str(engine.target.path), "tokenizer_path": str(engine.target.path),
                              "is_generation": True, "preferred_sampling_params": None})
     async def server_info(request):
-        return JSONResponse({"version": version, "model_path": str(engine.target.path), "context_length": engine.context_length,
+        return JSONResponse({"version": version, "model_path": str(engine.target.path),
+                             "context_length": engine.context_length,
                              "skip_tokenizer_init": False, "dp_size": 1, "max_running_requests": engine.max_batch,
                              "engine": "eagle3nb local (transformers)", "stats": engine.stats})
 
@@ -59,13 +61,15 @@ def create_app(engine:LocalEngine, # the engine that answers
         except Exception: return _sglang_error("the request body is not valid JSON")
         if not isinstance(body, dict): return _sglang_error("the request body must be a JSON object")
         given = [k for k in ("text", "input_ids", "input_embeds") if body.get(k) is not None]
-        if len(given) != 1: return _sglang_error(f"send exactly one of text, input_ids, input_embeds (got {given or 'none'})")
+        if len(given) != 1:
+            return _sglang_error(f"send exactly one of text, input_ids, input_embeds (got {given or 'none'})")
         if given[0] != "input_ids":
             return _sglang_error(f"eagle3nb serve is token-direct: send input_ids, not {given[0]}")
         ids = body["input_ids"]
         batch = isinstance(ids, list) and len(ids) > 0 and isinstance(ids[0], list)
         prompts = ids if batch else [ids]
-        if not all(_is_ids(p) for p in prompts): return _sglang_error("input_ids must be a non-empty list of ints or a list of such lists")
+        if not all(_is_ids(p) for p in prompts):
+            return _sglang_error("input_ids must be a non-empty list of ints or a list of such lists")
         sp = body.get("sampling_params") or {}
         sps = sp if isinstance(sp, list) else [sp] * len(prompts)
         if len(sps) != len(prompts): return _sglang_error(f"{len(sps)} sampling_params for {len(prompts)} prompts")
@@ -76,7 +80,8 @@ def create_app(engine:LocalEngine, # the engine that answers
         if len(set(rids)) != len(rids): return _sglang_error("Duplicate request ID in rid")
         try:
             samplings = [Sampling.from_sglang(s) for s in sps]
-            if any((s or {}).get("n", 1) != 1 for s in sps): raise InputError("n > 1 is not supported by eagle3nb serve; send n requests")
+            if any((s or {}).get("n", 1) != 1 for s in sps):
+                raise InputError("n > 1 is not supported by eagle3nb serve; send n requests")
             for p, s in zip(prompts, samplings): engine.check_prompt(p, s)
         except (InputError, PermanentError, ValueError, TypeError) as e: return _sglang_error(str(e))
         if body.get("stream"):
@@ -84,17 +89,20 @@ def create_app(engine:LocalEngine, # the engine that answers
             return StreamingResponse(_stream(prompts[0], samplings[0], rids[0], t0), media_type="text/event-stream")
         try: gens = await asyncio.gather(*[engine.generate(p, s, r) for p, s, r in zip(prompts, samplings, rids)])
         except EngineError as e: return _sglang_error(e.message, e.status or 500)
-        out = [{"text": decode(g.output_ids), "output_ids": g.output_ids, "meta_info": _meta(r, g, t0)} for g, r in zip(gens, rids)]
+        out = [{"text": decode(g.output_ids), "output_ids": g.output_ids, "meta_info": _meta(r, g, t0)}
+               for g, r in zip(gens, rids)]
         return JSONResponse(out if batch else out[0])
 
     async def _stream(prompt, s, rid, t0, every:int=8):
         "Cumulative server-sent events (SGLang's default); errors arrive in-band."
         try: g = await engine.generate(prompt, s, rid)
         except Exception as e:
-            yield f"data: {json.dumps({'error': {'message': str(e)}})}\n\n"; return
+            yield f"data: {json.dumps({'error': {'message': str(e)}})}\n\n"
+            return
         ids = g.output_ids
         for k in range(every, len(ids), every):
-            part = {"text": decode(ids[:k]), "output_ids": ids[:k], "meta_info": {**_meta(rid, g, t0), "finish_reason": None, "completion_tokens": k}}
+            part = {"text": decode(ids[:k]), "output_ids": ids[:k],
+                    "meta_info": {**_meta(rid, g, t0), "finish_reason": None, "completion_tokens": k}}
             yield f"data: {json.dumps(part)}\n\n"
         yield f"data: {json.dumps({'text': decode(ids), 'output_ids': ids, 'meta_info': _meta(rid, g, t0)})}\n\n"
         yield "data: [DONE]\n\n"
@@ -104,11 +112,13 @@ def create_app(engine:LocalEngine, # the engine that answers
         try: body = await request.json()
         except Exception: return _vllm_error("the request body is not valid JSON")
         if not isinstance(body, dict): return _vllm_error("the request body must be a JSON object")
-        if body.get("model") not in (None, name): return _vllm_error(f"The model `{body.get('model')}` does not exist.", 404)
+        if body.get("model") not in (None, name):
+            return _vllm_error(f"The model `{body.get('model')}` does not exist.", 404)
         p = body.get("prompt")
         prompts = p if (isinstance(p, list) and p and isinstance(p[0], list)) else [p]
         if not all(_is_ids(x) for x in prompts):
-            return _vllm_error("eagle3nb serve is token-direct: prompt must be token ids (a list of ints, or a list of such lists)")
+            return _vllm_error("eagle3nb serve is token-direct: prompt must be token ids (a list of ints, or a list of "
+                               "such lists)")
         n = int(body.get("n") or 1)
         try:
             base = Sampling.from_vllm(body)
@@ -126,14 +136,15 @@ def create_app(engine:LocalEngine, # the engine that answers
         choices = []
         for i, ((x, s), g) in enumerate(zip(jobs, gens)):
             fr = g.finish_reason
-            m = fr.get("matched")
+            m, stop_ids = fr.get("matched"), s.stop_token_ids
             c = {"index": i, "text": decode(g.output_ids), "logprobs": None, "finish_reason": fr["type"],
-                 "stop_reason": m if (fr["type"] == "stop" and m in s.stop_token_ids and m not in engine.eos_ids) else None}
+                 "stop_reason": m if fr["type"] == "stop" and m in stop_ids and m not in engine.eos_ids else None}
             if want_ids: c.update(token_ids=g.output_ids, prompt_token_ids=x)
             choices.append(c)
         pt, ct = sum(len(x) for x in prompts), sum(len(g.output_ids) for g in gens)
-        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(t0), "model": name,
-                             "choices": choices, "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}})
+        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(t0),
+                             "model": name, "choices": choices,
+                             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}})
 
     async def models(request):
         return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "eagle3nb",
@@ -141,11 +152,13 @@ def create_app(engine:LocalEngine, # the engine that answers
     async def version_ep(request): return JSONResponse({"version": version})
 
     routes = [Route("/health", health), Route("/health_generate", health_generate),
-              Route("/get_model_info", model_info), Route("/model_info", model_info), Route("/get_server_info", server_info),
+              Route("/get_model_info", model_info), Route("/model_info", model_info),
+              Route("/get_server_info", server_info),
               Route("/generate", generate, methods=["POST"]), Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/models", models), Route("/version", version_ep)]
     async def on_error(request, exc):
-        return JSONResponse({"object": "error", "message": f"{type(exc).__name__}: {exc}", "type": "InternalServerError", "code": 500}, status_code=500)
+        return JSONResponse({"object": "error", "message": f"{type(exc).__name__}: {exc}",
+                             "type": "InternalServerError", "code": 500}, status_code=500)
     from contextlib import asynccontextmanager
     @asynccontextmanager
     async def lifespan(app):
@@ -168,9 +181,11 @@ class ServerThread:
             if not self.thread.is_alive() or time.time() - t0 > timeout: raise RuntimeError("the server did not start")
             time.sleep(0.02)
         port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://{self.host}:{port}"; return self
+        self.url = f"http://{self.host}:{port}"
+        return self
     def stop(self):
-        self.server.should_exit = True; self.thread.join(30)
+        self.server.should_exit = True
+        self.thread.join(30)
     def __enter__(self): return self.start()
     def __exit__(self, *a): self.stop()
 
@@ -180,8 +195,9 @@ def serve(target, host:str="127.0.0.1", port:int=30000, max_batch:int=16, dtype:
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding to {host}: eagle3nb serve is meant for loopback use")
     import os, sys
-    if "torch" not in sys.modules:   # OpenMP reads this once, when torch loads: idle threads sleep instead of spinning, so
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # the HTTP thread and other processes keep their share of the cores
+    # OpenMP reads this once, when torch loads: idle threads sleep instead of spinning, so the HTTP thread and
+    # other processes keep their share of the cores
+    if "torch" not in sys.modules: os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     engine = LocalEngine(target, dtype=dtype, max_batch=max_batch)
     engine.model   # load before listening, so /health means ready
     st = ServerThread(create_app(engine, served_model_name), host, port).start()

@@ -9,7 +9,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 import torch
-from .core import InputError, JsonlReader, atomic_write_text, read_json, stage_dir, write_jsonl_atomic, write_manifest
+from .core import (InputError, JsonlReader, atomic_write_text, read_json, stage_dir, write_jsonl_atomic,
+                           write_manifest)
 from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_left, target_lm_head
 
 # %% auto #0
@@ -20,7 +21,7 @@ __all__ = ['label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones', 'chain_sl
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
 def label_counts(capture_dir, ids:set|None=None) -> Counter:
-    "Counts of target ids at `loss_mask` = 1 over a capture (only `input_ids`/`loss_mask` are read), optionally over records `ids` only."
+    "Counts of target ids at `loss_mask` = 1 over a capture (reads `input_ids`, `loss_mask`), or over records `ids`."
     from safetensors import safe_open
     d, c = Path(capture_dir), Counter()
     rows = [r for _, r in JsonlReader(d/"index.jsonl") if ids is None or r["id"] in ids]
@@ -50,7 +51,8 @@ class DraftVocab:
 
 def draft_vocab(counts:Counter, n:int, vocab_size:int) -> DraftVocab:
     "Top-`n` ids by count (ties to the lower id), padded with the lowest unused ids, sorted."
-    if not 0 < n <= vocab_size: raise InputError(f"draft vocab size {n}: must be in 1..{vocab_size} (the target's vocabulary)")
+    if not 0 < n <= vocab_size:
+        raise InputError(f"draft vocab size {n}: must be in 1..{vocab_size} (the target's vocabulary)")
     top = sorted(counts, key=lambda i: (-counts[i], i))[:n]
     chosen = set(top)
     pad = (i for i in range(vocab_size) if i not in chosen)
@@ -83,7 +85,8 @@ class Batch:
     lengths: list
     def to(self, device):
         "The same batch on `device`."
-        return Batch(self.ids, *(t.to(device) for t in (self.input_ids, self.aux, self.final, self.loss_mask)), self.lengths)
+        return Batch(self.ids, *(t.to(device) for t in (self.input_ids, self.aux, self.final, self.loss_mask)),
+                     self.lengths)
 
 def pad_batch(ids:list, samples:list) -> Batch:
     "Stack `samples` (dicts of `input_ids`, `aux`, `final`, `loss_mask` per record) into a `Batch`."
@@ -100,7 +103,7 @@ def pad_batch(ids:list, samples:list) -> Batch:
 # %% ../nbs/09_train.ipynb #c69bef7c
 def length_batches(items:list, # (id, length) pairs
                    batch_tokens:int, seed:int, epoch:int) -> list:
-    "Lists of ids, length-bucketed so each padded batch stays within `batch_tokens`; bucket order shuffled by (seed, epoch)."
+    "Lists of ids, length-bucketed so each padded batch fits `batch_tokens`; bucket order shuffled by (seed, epoch)."
     out, b, longest = [], [], 0
     for sid, n in sorted(items, key=lambda x: (x[1], x[0])):
         if b and (len(b) + 1) * max(longest, n) > batch_tokens:
@@ -128,7 +131,8 @@ class OfflineSource:
         from eagle3nb.capture import CaptureReader
         self.dir = Path(capture_dir)
         if not (self.dir/"index.jsonl").exists():
-            raise InputError(f"{self.dir}: no capture index; run `eagle3nb capture` first (or train with --source online)")
+            raise InputError(f"{self.dir}: no capture index; run `eagle3nb capture` first (or train with --source "
+                             "online)")
         self.reader = CaptureReader(self.dir)
         self.aux_layers = self.reader.manifest["config"]["aux_layers_hf"]
         self.target = self.reader.manifest["config"]["target"]
@@ -205,7 +209,7 @@ def plan_steps(batch:Batch, teacher:Teacher, steps:int) -> list:
 
 # %% ../nbs/09_train.ipynb #8ebeb397
 def ttt_loss(drafter:Drafter, batch:Batch, plans:list, decay:float=0.8, denominators:list|None=None) -> tuple:
-    "`(loss, stats)`: the weighted TTT loss over `plans` and per-step sums for metrics; `denominators` (global supervised counts) default to this batch's."
+    "`(loss, stats)`: weighted TTT loss over `plans`, per-step sums; `denominators`: global supervised counts."
     steps = len(plans)
     states = drafter.ttt_forward(batch.input_ids, batch.aux, batch.lengths, steps)
     loss, stats = batch.aux.new_zeros(()), []
@@ -266,7 +270,8 @@ class TrainConfig:
     init_lm_head: str = "target"  # target rows of the draft vocabulary, or random
     def check(self):
         if self.source not in ("offline", "online"): raise InputError(f"source={self.source!r}: use offline or online")
-        if self.init_lm_head not in ("target", "random"): raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
+        if self.init_lm_head not in ("target", "random"):
+            raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
         if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
         if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
         return self
@@ -304,9 +309,11 @@ def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list
     opt.zero_grad(set_to_none=False)
     params = [p for p in drafter.parameters() if p.requires_grad]
     if batch is not None:
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=batch.aux.is_cuda):   # fp32 on CPU, bf16 autocast on GPU
+        with torch.autocast("cuda", dtype=torch.bfloat16,
+                            enabled=batch.aux.is_cuda):   # fp32 on CPU, bf16 autocast on GPU
             loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den)
-        if not torch.isfinite(loss): raise FloatingPointError(f"non-finite loss {float(loss)} on records {batch.ids[:4]}")
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss {float(loss)} on records {batch.ids[:4]}")
         loss.backward()
     else: stats = [{"loss_sum": 0.0, "supervised": 0, "right": 0, "full": 0, "chains": 0} for _ in range(K)]
     for p in params:
@@ -332,7 +339,8 @@ def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, ra
         if mine:
             b = source.batch(mine).to(teacher.W.device)
             _, st = ttt_loss(drafter, b, plan_steps(b, teacher, cfg.ttt_steps), cfg.decay)
-        else: st = [{"loss_sum": 0.0, "supervised": 0, "right": 0, "full": 0, "chains": 0} for _ in range(cfg.ttt_steps)]
+        else:
+            st = [{"loss_sum": 0.0, "supervised": 0, "right": 0, "full": 0, "chains": 0} for _ in range(cfg.ttt_steps)]
         acc = add_stats(acc, st)
     keys = ["loss_sum", "supervised", "right", "full", "chains"]
     g = _allreduce(torch.tensor([[float(s[n]) for n in keys] for s in acc], dtype=torch.float64))
@@ -343,7 +351,8 @@ def save_checkpoint(path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVo
     "Write a training checkpoint atomically (embeddings left out: they are the target's)."
     sd = {k: v for k, v in drafter.state_dict().items() if k != "embed_tokens.weight"}
     tmp = Path(str(path) + ".tmp")
-    torch.save({"model": sd, "optimizer": opt.state_dict(), "step": step, "config": asdict(cfg), "vocab": asdict(vocab)}, tmp)
+    torch.save({"model": sd, "optimizer": opt.state_dict(), "step": step, "config": asdict(cfg),
+                "vocab": asdict(vocab)}, tmp)
     os.replace(tmp, path)
 
 def latest_checkpoint(ckpt_dir) -> Path|None:
@@ -352,7 +361,8 @@ def latest_checkpoint(ckpt_dir) -> Path|None:
     return ps[-1] if ps else None
 
 # %% ../nbs/09_train.ipynb #f7dac218
-_RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every")]
+_SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every")
+_RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in _SCHEDULE_KEYS]
 
 def _check_resume(prev:dict, cfg:TrainConfig, where):
     "Refuse to resume a run trained with other settings."
@@ -365,12 +375,14 @@ def _check_resume(prev:dict, cfg:TrainConfig, where):
 def _check_source(source, aux_layers, target):
     "The capture's layers and target must be the ones asked for (never a silent off-by-one)."
     if aux_layers is not None and list(aux_layers) != list(source.aux_layers):
-        raise InputError(f"the capture holds aux layers (HF) {source.aux_layers}; training asked for {list(aux_layers)}: "
+        raise InputError(f"the capture holds aux layers (HF) {source.aux_layers}; training asked for "
+                         f"{list(aux_layers)}: "
                          "recapture with those layers, or drop --layers")
     if target is not None:
         from eagle3nb.models import target_dir
         if Path(target_dir(target)).resolve() != Path(source.target).resolve():
-            raise InputError(f"the capture was made with target {source.target}; training asked for {target}: use the capture's target")
+            raise InputError(f"the capture was made with target {source.target}; training asked for {target}: use the "
+                             "capture's target")
 
 # %% ../nbs/09_train.ipynb #36d4fdba
 def _data_note(run:Path) -> dict:
@@ -419,8 +431,10 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
         _check_resume(state["config"], cfg, ck)
         vocab = DraftVocab(**state["vocab"])
     else: vocab, state = draft_vocab(src.counts(set(tr_ids)), cfg.draft_vocab_size or min(32000, V), V), None
-    drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head, cfg.seed).to(device)
-    opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
+                          cfg.seed).to(device)
+    opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
     step = 0
     if state is not None:
         drafter.load_state_dict(state["model"], strict=False)
@@ -464,7 +478,8 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
                 bar.set_postfix(loss=s["loss_k"][0], tau_sim=s["tau_sim"])
                 window, t_win, tok_win = None, time.time(), 0
             if held and (step % cfg.eval_every == 0 or step == total):
-                emit({"step": step, "split": "heldout", **evaluate_batches(drafter, src, held, teacher, cfg, rank, world)})
+                emit({"step": step, "split": "heldout",
+                      **evaluate_batches(drafter, src, held, teacher, cfg, rank, world)})
             if rank == 0 and (step % cfg.ckpt_every == 0 or step == total):
                 ckdir.mkdir(parents=True, exist_ok=True)
                 save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab)
@@ -479,12 +494,14 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     plots = plot_training(rows, note, out/"plots")
     final = {s: next((r for r in reversed(rows) if r["split"] == s), None) for s in ("train", "heldout")}
     return write_manifest(out, "train", config={**asdict(cfg), "source_dir": str(getattr(src, "dir", records or "")),
-                                               "target": src.target, "aux_layers_hf": src.aux_layers, "world_size": world},
+                                               "target": src.target, "aux_layers_hf": src.aux_layers,
+                                               "world_size": world},
                           counts={"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids),
                                   "steps": step, "batches_per_epoch": len(per_epoch)},
                           timings={"seconds": round(time.time() - t0, 3)},
                           draft_vocab={"size": len(vocab.ids), "coverage": vocab.coverage,
-                                       "supervised_tokens": vocab.supervised_tokens, "distinct_ids": vocab.distinct_ids},
+                                       "supervised_tokens": vocab.supervised_tokens,
+                                       "distinct_ids": vocab.distinct_ids},
                           final=final, plots=[str(p) for p in plots], drafter=str(out/"drafter"), data=note)
 
 # %% ../nbs/09_train.ipynb #062d048d
@@ -494,7 +511,8 @@ def plot_training(rows:list, note:dict, out_dir) -> list:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     temp = note.get("temperature")
-    sub = f"{note.get('target')} · K={note.get('ttt_steps')} chain · data {note.get('data')} (T={'?' if temp is None else temp})"
+    sub = (f"{note.get('target')} · K={note.get('ttt_steps')} chain · data {note.get('data')}"
+           f" (T={'?' if temp is None else temp})")
     held = [r for r in rows if r["split"] == "heldout"] or [r for r in rows if r["split"] == "train"]
     paths = []
     def save(fig, name):
@@ -505,7 +523,8 @@ def plot_training(rows:list, note:dict, out_dir) -> list:
     ax = fig.subplots()
     for k in range(len(held[0]["full_acc_k"]) if held else 0):
         ax.plot([r["step"] for r in held], [r["full_acc_k"][k] for r in held], marker=".", label=f"position {k + 1}")
-    ax.set(xlabel="step", ylabel="share of chains accepting this draft", title=f"per-position acceptance ({held[0]['split'] if held else ''})\n{sub}")
+    ax.set(xlabel="step", ylabel="share of chains accepting this draft",
+           title=f"per-position acceptance ({held[0]['split'] if held else ''})\n{sub}")
     ax.legend(fontsize=7)
     save(fig, "acceptance_by_position.png")
     fig = Figure(figsize=(7, 4))

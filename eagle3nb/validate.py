@@ -14,9 +14,10 @@ from .models import load_tokenizer
 from .prompts import render_prompt, normalize_row, Reject
 
 # %% auto #0
-__all__ = ['FAMILIES', 'SEGMENT_COLORS', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile', 'Problem', 'is_truncated',
-           'segment_output', 'loss_mask_from_segments', 'assistant_message', 'next_turn_prompt', 'check_record',
-           'validate', 'report_markdown', 'plot_report', 'tokens_html', 'token_inspector']
+__all__ = ['FAMILIES', 'FAMILY_MARKERS', 'SEGMENT_COLORS', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile',
+           'Problem', 'is_truncated', 'segment_output', 'loss_mask_from_segments', 'assistant_message',
+           'next_turn_prompt', 'check_record', 'validate', 'report_markdown', 'plot_report', 'tokens_html',
+           'token_inspector']
 
 # %% ../nbs/06_validate.ipynb #6cdb27b0
 def token_id(tok, s:str) -> int|None:
@@ -42,19 +43,23 @@ def detect_family(tok) -> str:
                      f"pass --family (one of {', '.join(FAMILIES)})")
 
 # %% ../nbs/06_validate.ipynb #54a594e5
-_SPEC = {
+FAMILY_MARKERS = {
     "qwen3": dict(think=("<think>", "</think>"), tool=("<tool_call>", "</tool_call>"), inner=(), json_body=True,
                   end=("<|im_end|>", "<|endoftext|>"), forbidden=("<|im_start|>",)),
     "chatml": dict(end=("<|im_end|>",), forbidden=("<|im_start|>",)),
     "kimi": dict(think=("<think>", "</think>"), tool=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
                  inner=("<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"),
-                 end=("<|im_end|>", "[EOS]"), forbidden=("<|im_user|>", "<|im_assistant|>", "<|im_system|>", "[BOS]", "[PAD]")),
+                 end=("<|im_end|>", "[EOS]"),
+                 forbidden=("<|im_user|>", "<|im_assistant|>", "<|im_system|>", "[BOS]", "[PAD]")),
     "deepseek-r1": dict(think=("<think>", "</think>"), tool=("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
                         inner=("<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"),
-                        end=("<｜end▁of▁sentence｜>",), forbidden=("<｜User｜>", "<｜Assistant｜>", "<｜begin▁of▁sentence｜>")),
+                        end=("<｜end▁of▁sentence｜>",),
+                        forbidden=("<｜User｜>", "<｜Assistant｜>", "<｜begin▁of▁sentence｜>")),
     "gpt-oss": dict(end=("<|return|>", "<|call|>"), forbidden=("<|startoftext|>",),
-                    harmony=("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")),
-    "llama3": dict(end=("<|eot_id|>", "<|eom_id|>"), forbidden=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>")),
+                    harmony=("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>",
+                             "<|constrain|>")),
+    "llama3": dict(end=("<|eot_id|>", "<|eom_id|>"),
+                   forbidden=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>")),
 }
 
 @dataclass
@@ -67,7 +72,8 @@ class TokenProfile:
     tool_open: int|None = None
     tool_close: int|None = None
     tool_inner: list = field(default_factory=list)   # inner markers, in the order they must cycle
-    tool_json_body: bool = False                      # the body between tool_open and tool_close is JSON {name, arguments}
+    # the body between tool_open and tool_close is JSON {name, arguments}
+    tool_json_body: bool = False
     end_ids: list = field(default_factory=list)       # ids that end a turn (the first is the family's end-of-turn)
     forbidden_ids: list = field(default_factory=list) # ids that mean the model ran into a new turn
     harmony: dict = field(default_factory=dict)       # gpt-oss: start, channel, message, end, call, return, constrain
@@ -98,11 +104,12 @@ def _gen_suffixes(tok) -> list:
 def derive_profile(tok, family:str|None=None) -> TokenProfile:
     "A `TokenProfile` for `tok`: the family auto-detected (or given), every id looked up by its token string."
     fam = family or detect_family(tok)
-    if fam not in _SPEC: raise InputError(f"unknown family {fam!r}: use one of {', '.join(FAMILIES)}")
-    spec = _SPEC[fam]
+    if fam not in FAMILY_MARKERS: raise InputError(f"unknown family {fam!r}: use one of {', '.join(FAMILIES)}")
+    spec = FAMILY_MARKERS[fam]
     def need(s):
         i = token_id(tok, s)
-        if i is None: raise InputError(f"the {fam} profile needs the token {s!r}, which this tokenizer lacks; check --family")
+        if i is None:
+            raise InputError(f"the {fam} profile needs the token {s!r}, which this tokenizer lacks; check --family")
         return i
     opt = lambda s: token_id(tok, s)
     p = TokenProfile(fam, len(tok))
@@ -122,7 +129,8 @@ def derive_profile(tok, family:str|None=None) -> TokenProfile:
         p.harmony = {s.strip("<|>"): need(s) for s in spec["harmony"]}
         p.forbidden_ids = [i for i in p.forbidden_ids if i != p.harmony["start"]]
     p.generation_prompts = _gen_suffixes(tok)
-    ids = [p.think_open, p.think_close, p.tool_open, p.tool_close, *p.tool_inner, *p.end_ids, *p.forbidden_ids, *p.harmony.values()]
+    ids = [p.think_open, p.think_close, p.tool_open, p.tool_close, *p.tool_inner, *p.end_ids, *p.forbidden_ids,
+           *p.harmony.values()]
     p.names = {i: tok.convert_ids_to_tokens(i) for i in ids if i is not None}
     return p
 
@@ -152,7 +160,7 @@ def _prompt_reasoning_state(prof, prompt_ids) -> str:
     return "none"
 
 def is_truncated(prof:TokenProfile, output_ids:list, finish:dict) -> bool:
-    "A `length` finish that did not end the turn (SGLang reports an end of turn that used the last allowed token as `length`)."
+    "A `length` finish that did not end the turn (SGLang reports an end of turn on the last allowed token as `length`)."
     return (finish or {}).get("type") == "length" and not (output_ids and output_ids[-1] in prof.end_ids)
 
 def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:dict, tok=None) -> tuple:
@@ -169,19 +177,28 @@ def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:d
         kind, start = new_kind, i
     for i, t in enumerate(output_ids):
         if not isinstance(t, int) or not 0 <= t < prof.vocab_size:
-            probs.append(Problem("vocab", i, f"id {t} outside the vocabulary ({prof.vocab_size})")); continue
+            probs.append(Problem("vocab", i, f"id {t} outside the vocabulary ({prof.vocab_size})"))
+            continue
         if t == prof.think_open:
-            if state == "none" and i == 0: state = "open"; cut(i, "reasoning")
+            if state == "none" and i == 0:
+                state = "open"
+                cut(i, "reasoning")
             else: probs.append(Problem("reasoning", i, {"open": "a second <think> inside reasoning",
                                                          "closed": "<think> after reasoning was closed",
                                                          "none": "<think> after the output began"}[state]))
         elif t == prof.think_close:
-            if state == "open": state = "closed"; cut(i + 1, "answer"); segs[-1][2] = i + 1
-            else: probs.append(Problem("reasoning", i, "</think> with no open reasoning" if state == "none" else "a second </think>"))
+            if state == "open":
+                state = "closed"
+                cut(i + 1, "answer")
+                segs[-1][2] = i + 1
+            else:
+                probs.append(Problem("reasoning", i,
+                                     "</think> with no open reasoning" if state == "none" else "a second </think>"))
         elif t == prof.tool_open:
             if state == "open": probs.append(Problem("tool_calls", i, "tool call inside reasoning"))
             if in_tool: probs.append(Problem("tool_calls", i, "tool-call region opened twice"))
-            in_tool, inner_k, tool_start = True, 0, i; cut(i, "tool_call")
+            in_tool, inner_k, tool_start = True, 0, i
+            cut(i, "tool_call")
         elif t == prof.tool_close:
             if not in_tool: probs.append(Problem("tool_calls", i, "tool-call close with no open"))
             else:
@@ -190,7 +207,8 @@ def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:d
                 if prof.tool_json_body and tok is not None:
                     err = _tool_json_ok(tok, output_ids[tool_start + 1:i])
                     if err: probs.append(Problem("tool_calls", tool_start, err))
-                in_tool = False; cut(i + 1, "answer")
+                in_tool = False
+                cut(i + 1, "answer")
         elif t in prof.tool_inner:
             want = prof.tool_inner[inner_k % len(prof.tool_inner)]
             if not in_tool: probs.append(Problem("tool_calls", i, f"{prof.names[t]} outside a tool-call region"))
@@ -201,14 +219,16 @@ def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:d
             if not tail_ok: probs.append(Problem("end", i, f"{prof.names[t]} inside the output, not at its end"))
             else: cut(i, "end")
         elif t in prof.forbidden_ids:
-            probs.append(Problem("turn_start", i, f"{prof.names.get(t, t)} inside the output: the model ran into a new turn"))
+            probs.append(Problem("turn_start", i,
+                                 f"{prof.names.get(t, t)} inside the output: the model ran into a new turn"))
     if n > start: segs.append([kind, start, n])
     if is_truncated(prof, output_ids, finish):
         probs.append(Problem("truncated", n, f"finish_reason length after {n} tokens: no end of turn"))
     elif finish.get("type") in ("stop", "length"):   # a stop, or a length whose last id ended the turn
         if not output_ids or output_ids[-1] not in prof.end_ids:
             last = output_ids[-1] if output_ids else None
-            probs.append(Problem("end", n - 1 if n else None, f"stopped on {prof.names.get(last, last)}, not an end of turn"))
+            probs.append(Problem("end", n - 1 if n else None,
+                                 f"stopped on {prof.names.get(last, last)}, not an end of turn"))
         if state == "open": probs.append(Problem("reasoning", n, "reasoning never closed"))
         if in_tool: probs.append(Problem("tool_calls", n, "tool-call region never closed"))
     return segs, probs
@@ -223,10 +243,14 @@ def _segment_harmony(prof, out, finish, tok):
             while j < n and out[j] not in (h["channel"], h["message"]): j += 1
             role = tok.decode(out[i + 1:j]).strip() if tok is not None else "assistant"
             if not role.startswith("assistant"):
-                probs.append(Problem("turn_start", i, f"<|start|>{role}: the model ran into a new {role} turn")); break
-            segs.append(["header", i, j]); i = j; continue
+                probs.append(Problem("turn_start", i, f"<|start|>{role}: the model ran into a new {role} turn"))
+                break
+            segs.append(["header", i, j])
+            i = j
+            continue
         if out[i] != h["channel"]:
-            probs.append(Problem("harmony", i, "expected <|channel|> to open a message")); break
+            probs.append(Problem("harmony", i, "expected <|channel|> to open a message"))
+            break
         j = i + 1
         while j < n and out[j] != h["message"]: j += 1
         header = tok.decode(out[i + 1:j]) if tok is not None else ""
@@ -234,28 +258,36 @@ def _segment_harmony(prof, out, finish, tok):
         kind = {"analysis": "reasoning", "final": "answer"}.get(channel, "tool_call" if "to=" in header else "answer")
         k = j + 1
         while k < n and out[k] not in (h["end"], h["call"], h["return"]):
-            if out[k] in (h["channel"], h["start"], h["message"]): probs.append(Problem("harmony", k, f"{prof.names[out[k]]} inside a message body"))
+            if out[k] in (h["channel"], h["start"], h["message"]):
+                probs.append(Problem("harmony", k, f"{prof.names[out[k]]} inside a message body"))
             k += 1
         if k >= n:
-            segs.append([kind, i, n]); break
+            segs.append([kind, i, n])
+            break
         segs.append([kind, i, k])
         end = out[k]
-        if end == h["call"] and kind != "tool_call": probs.append(Problem("tool_calls", k, f"<|call|> ends a {channel} message"))
-        if end == h["return"] and channel != "final": probs.append(Problem("end", k, f"<|return|> ends a {channel} message"))
+        if end == h["call"] and kind != "tool_call":
+            probs.append(Problem("tool_calls", k, f"<|call|> ends a {channel} message"))
+        if end == h["return"] and channel != "final":
+            probs.append(Problem("end", k, f"<|return|> ends a {channel} message"))
         if end in (h["call"], h["return"]):
             segs.append(["end", k, k + 1])
             if k != n - 1: probs.append(Problem("end", k, "the turn ended before the output did"))
-            i = n; break
-        segs[-1][2] = k + 1; i = k + 1
+            i = n
+            break
+        segs[-1][2] = k + 1
+        i = k + 1
     if is_truncated(prof, out, finish): probs.append(Problem("truncated", n, f"finish_reason length after {n} tokens"))
     elif finish.get("type") in ("stop", "length") and (not out or out[-1] not in prof.end_ids):
         probs.append(Problem("end", n - 1 if n else None, "stopped without <|return|> or <|call|>"))
     return segs, probs
 
 # %% ../nbs/06_validate.ipynb #a42107da
-def loss_mask_from_segments(n_prompt:int, segments:list, n_output:int, mask_reasoning:bool=False, mask_tool_calls:bool=False) -> list:
+def loss_mask_from_segments(n_prompt:int, segments:list, n_output:int, mask_reasoning:bool=False,
+                            mask_tool_calls:bool=False) -> list:
     "0/1 per token of `prompt_ids + output_ids`: 1 where that token is a training label."
-    off = ({"reasoning"} if mask_reasoning else set()) | ({"tool_call"} if mask_tool_calls else set())   # headers the model generates are labels
+    # headers the model generates are labels
+    off = ({"reasoning"} if mask_reasoning else set()) | ({"tool_call"} if mask_tool_calls else set())
     m = [0] * (n_prompt + n_output)
     for kind, s, e in segments:
         if kind not in off:
@@ -281,10 +313,13 @@ def assistant_message(tok, prof:TokenProfile, output_ids:list, segments:list) ->
             b, a, c = prof.tool_inner
             i = 0
             while b in body[i:]:
-                i0 = body.index(b, i); i1 = body.index(a, i0); i2 = body.index(c, i1)
+                i0 = body.index(b, i)
+                i1 = body.index(a, i0)
+                i2 = body.index(c, i1)
                 cid = tok.decode(body[i0 + 1:i1])
                 calls.append({"id": cid, "type": "function",
-                              "function": {"name": cid.split(".", 1)[-1].rsplit(":", 1)[0], "arguments": tok.decode(body[i1 + 1:i2])}})
+                              "function": {"name": cid.split(".", 1)[-1].rsplit(":", 1)[0],
+                                           "arguments": tok.decode(body[i1 + 1:i2])}})
                 i = i2 + 1
     if calls: msg["tool_calls"] = calls
     return msg
@@ -297,10 +332,13 @@ def next_turn_prompt(tok, prof:TokenProfile, prompt_rec:dict, gen_rec:dict, segm
     try: conv = normalize_row(row, prompt_rec["id"])
     except Reject: return None
     msgs, j, follow = conv.messages, k + 1, []
-    while j < len(msgs) and msgs[j]["role"] != "assistant": follow.append(msgs[j]); j += 1
+    while j < len(msgs) and msgs[j]["role"] != "assistant":
+        follow.append(msgs[j])
+        j += 1
     if not any(m["role"] == "user" for m in follow): return None
     if any(k == "tool_call" for k, _, _ in segments) and not (prof.tool_json_body or prof.family == "kimi"):
-        return None   # this family's tool calls are not yet turned back into messages: no history rather than a wrong one
+        # this family's tool calls are not yet turned back into messages: no history rather than a wrong one
+        return None
     turn = int(prompt_rec.get("turn", 0)) + 1
     history = list(prompt_rec["messages"]) + [assistant_message(tok, prof, gen_rec["output_ids"], segments)] + follow
     thinking = (prompt_rec.get("options") or {}).get("thinking")
@@ -325,10 +363,12 @@ def _finish_problems(fr:dict, out:list) -> list:
     if fr["type"] != "stop": return []
     m = fr.get("matched")
     if not isinstance(m, int) or isinstance(m, bool):
-        return [Problem("finish", None, f"finish_reason stop matched {m!r}, not a token id (SGLang's 'NaN happened' ends a "
+        return [Problem("finish", None,
+                        f"finish_reason stop matched {m!r}, not a token id (SGLang's 'NaN happened' ends a "
                                         "sample whose sampled id fell outside the vocabulary with an EOS id)")]
     if not out or out[-1] != m:
-        return [Problem("finish", len(out) - 1 if out else None, f"finish matched {m} but the last output id is {out[-1] if out else None}")]
+        return [Problem("finish", len(out) - 1 if out else None,
+                        f"finish matched {m} but the last output id is {out[-1] if out else None}")]
     return []
 
 def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, drop_truncated:bool=False) -> tuple:
@@ -336,7 +376,8 @@ def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, dr
     probs, checked = [], {"prompt_rerender": False}
     pids, out = rec["prompt_ids"], rec["output_ids"]
     if prompt_rec is not None and prompt_rec.get("messages"):
-        want = render_prompt(tok, prompt_rec["messages"], prompt_rec.get("tools"), (prompt_rec.get("options") or {}).get("thinking"))
+        want = render_prompt(tok, prompt_rec["messages"], prompt_rec.get("tools"),
+                             (prompt_rec.get("options") or {}).get("thinking"))
         checked["prompt_rerender"] = True
         if want != pids:
             k = _first_diff(want, pids)
@@ -348,14 +389,15 @@ def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, dr
     bad_p = next((t for t in pids if not 0 <= t < prof.vocab_size), None)
     if bad_p is not None: probs.append(Problem("vocab", None, f"prompt id {bad_p} outside the vocabulary"))
     n = (rec.get("usage") or {}).get("completion_tokens")
-    if n is not None and n != len(out): probs.append(Problem("count", None, f"completion_tokens {n} != len(output_ids) {len(out)}"))
+    if n is not None and n != len(out):
+        probs.append(Problem("count", None, f"completion_tokens {n} != len(output_ids) {len(out)}"))
     probs += _finish_problems(rec.get("finish_reason") or {}, out)
     segs, more = segment_output(prof, pids, out, rec.get("finish_reason") or {}, tok)
     if not drop_truncated: more = [p for p in more if p.check != "truncated"]
     return segs, probs + more, checked
 
 def _find_prompts(run:Path, gpath:Path, prompts=None) -> Path|None:
-    "The prompt records the generations came from: `prompts`, else the generate manifest's `prompts`, else run/prompts/prompts.jsonl."
+    "The generations' prompts: `prompts`, else the generate manifest's `prompts`, else run/prompts/prompts.jsonl."
     if prompts is not None:
         if not Path(prompts).exists(): raise InputError(f"--prompts {prompts}: no such file")
         return Path(prompts)
@@ -367,7 +409,7 @@ def _find_prompts(run:Path, gpath:Path, prompts=None) -> Path|None:
     return p if p.exists() else None
 
 def _find_target(run:Path, ppath:Path|None):
-    "The tokenizer the prompts were rendered with: from the prompts stage's manifest, or the manifest beside the prompts file."
+    "The tokenizer that rendered the prompts: from the prompts stage's manifest, or the one beside the prompts file."
     for mp in (run/"prompts"/"manifest.json", ppath.parent/"manifest.json" if ppath else None):
         if mp is not None and mp.exists():
             t = (json.loads(mp.read_text()).get("config") or {}).get("target")
@@ -378,17 +420,18 @@ def _find_target(run:Path, ppath:Path|None):
 def validate(run, # the run directory (reads generate/ and prompts/, writes validate/)
              target=None, # tokenizer source: model dir or name (default: the prompts' target)
              family:str|None=None, # override the detected family
-             drop_truncated:bool=False, # reject length-truncated samples (by default they are kept, flagged, never given an end of turn)
+             drop_truncated:bool=False, # reject length-truncated samples (default: kept, flagged, never given an end)
              mask_reasoning:bool=False, mask_tool_calls:bool=False, # exclude these segments from the loss
              generations=None, # read generation records from here instead of run/generate/generations.jsonl
              prompts=None, # prompt records (default: the generate manifest's `prompts`, else run/prompts/prompts.jsonl)
              progress:bool=True) -> dict:
-    "Check, segment and mask every generation record of a run; write records, rejects, report, SpecForge rows and next-turn prompts."
+    "Check, segment and mask a run's generations; write records, rejects, report, SpecForge rows, next-turn prompts."
     from tqdm.auto import tqdm
     t0, run = time.time(), Path(run)
     gpath = Path(generations) if generations else run/"generate"/"generations.jsonl"
     if not gpath.exists(): raise InputError(f"{gpath}: no generation records; run `eagle3nb generate` first")
-    ppath = _find_prompts(run, gpath, prompts)   # a turn-1 run has no prompts/ of its own: its generate manifest names them
+    ppath = _find_prompts(run, gpath,
+                          prompts)   # a turn-1 run has no prompts/ of its own: its generate manifest names them
     prompts = {o["id"]: o for _, o in JsonlReader(ppath)} if ppath else {}
     if target is None: target = _find_target(run, ppath)
     tok = load_tokenizer(target)
@@ -411,42 +454,51 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
             except Exception as e: segs, probs, chk = [], [Problem("malformed", None, f"{type(e).__name__}: {e}")], {}
             checked.update(k for k, v in chk.items() if v)
             if probs:
-                tally.reject(probs[0].check); by_check.update({p.check for p in probs})
+                tally.reject(probs[0].check)
+                by_check.update({p.check for p in probs})
                 lens["rejected"].append(len(rec.get("output_ids") or []))
-                windows = [_window(tok, rec.get("output_ids") or [], p.pos) if p.pos is not None else None for p in probs]
+                windows = [_window(tok, rec.get("output_ids") or [],
+                                   p.pos) if p.pos is not None else None for p in probs]
                 ws["rejected"].write({"id": rec.get("id"), "prompt_id": rec.get("prompt_id"), "finish_reason": fr,
                                       "problems": [{**asdict(p), "window": w} for p, w in zip(probs, windows)],
                                       "segments": segs})   # over output_ids, as far as they could be read
                 for p, w in zip(probs, windows):
-                    if len(examples[p.check]) < 3: examples[p.check].append({"id": rec.get("id"), **asdict(p), "window": w})
+                    if len(examples[p.check]) < 3:
+                        examples[p.check].append({"id": rec.get("id"), **asdict(p), "window": w})
                 continue
             P, O = len(rec["prompt_ids"]), len(rec["output_ids"])
             mask = loss_mask_from_segments(P, segs, O, mask_reasoning, mask_tool_calls)
             truncated = is_truncated(prof, rec["output_ids"], fr)
             n_trunc_kept += truncated
             n_len_end += fr.get("type") == "length" and not truncated   # SGLang's `length` on an end of turn
-            ws["records"].write({"id": rec["id"], "prompt_id": rec.get("prompt_id"), "turn": (prec or {}).get("turn", 0),
+            ws["records"].write({"id": rec["id"], "prompt_id": rec.get("prompt_id"),
+                                 "turn": (prec or {}).get("turn", 0),
                                  "input_ids": rec["prompt_ids"] + rec["output_ids"], "n_prompt": P,
                                  "segments": [["prompt", 0, P]] + [[k, P + s, P + e] for k, s, e in segs],
                                  "loss_mask": mask, "finish_reason": fr, "truncated": truncated})
             ws["specforge"].write({"input_ids": rec["prompt_ids"] + rec["output_ids"], "loss_mask": mask})
-            tally.accepted += 1; lens["accepted"].append(O)
+            tally.accepted += 1
+            lens["accepted"].append(O)
             if prec is not None and not truncated and not prof.harmony:
                 nxt = next_turn_prompt(tok, prof, prec, rec, segs)
-                if nxt is not None: ws["next_prompts"].write(nxt.to_dict()); n_next += 1
+                if nxt is not None:
+                    ws["next_prompts"].write(nxt.to_dict())
+                    n_next += 1
     finally:
         for w in ws.values(): w.close()
     tally.check()
     for k in names: tmp[k].replace(out/f"{k}.jsonl")
     report = {"family": prof.family, "profile": {k: v for k, v in asdict(prof).items() if k != "names"},
-              "counts": tally.as_dict(), "failed_checks": dict(sorted(by_check.items())), "finish_reasons": dict(finish),
+              "counts": tally.as_dict(), "failed_checks": dict(sorted(by_check.items())),
+              "finish_reasons": dict(finish),
               "checked": dict(checked), "truncated_kept": n_trunc_kept,
               "length_at_end_of_turn": n_len_end, "next_turn_prompts": n_next,
               "output_length": {k: _hist(v) for k, v in lens.items()}, "examples": dict(examples)}
     write_json(out/"report.json", report)
     atomic_write_text(out/"report.md", report_markdown(report))
     return write_manifest(out, "validate",
-        config={"generations": str(gpath), "prompts": str(ppath) if ppath else None, "target": str(target), "family": prof.family,
+        config={"generations": str(gpath), "prompts": str(ppath) if ppath else None, "target": str(target),
+                "family": prof.family,
                 "drop_truncated": drop_truncated,
                 "mask_reasoning": mask_reasoning, "mask_tool_calls": mask_tool_calls},
         counts={**tally.as_dict(), "failed_checks": dict(sorted(by_check.items())), "next_turn_prompts": n_next,
@@ -470,14 +522,16 @@ def report_markdown(r:dict) -> str:
     L += ["", "| finish reason | samples |", "|---|---|"] + [f"| {k} | {v} |" for k, v in r["finish_reasons"].items()]
     L += ["", "| output length | accepted | rejected |", "|---|---|---|"]
     for b in r["output_length"]["accepted"]["buckets"]:
-        L.append(f"| {b} | {r['output_length']['accepted']['buckets'][b]} | {r['output_length']['rejected']['buckets'][b]} |")
+        L.append(f"| {b} | {r['output_length']['accepted']['buckets'][b]} | "
+                 f"{r['output_length']['rejected']['buckets'][b]} |")
     for check, exs in r["examples"].items():
         L += ["", f"## `{check}`", ""]
         for e in exs:
             L.append(f"- `{e['id']}` at output position {e['pos']}: {e['detail']}")
             if e.get("window"):
                 w = e["window"]
-                L.append("  `" + " ".join(("▶" if w['start'] + i == w['at'] else "") + repr(t)[1:-1] for i, t in enumerate(w["tokens"])) + "`")
+                shown = (("▶" if w['start'] + i == w['at'] else "") + repr(t)[1:-1] for i, t in enumerate(w["tokens"]))
+                L.append("  `" + " ".join(shown) + "`")
     return "\n".join(L) + "\n"
 
 # %% ../nbs/06_validate.ipynb #c0236216
@@ -490,17 +544,21 @@ def plot_report(run):
     r = json.loads((Path(run)/"validate"/"report.json").read_text())
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
     fc = r["failed_checks"] or {"(none)": 0}
-    a.barh(list(fc), list(fc.values()), color="#d9534f"); a.set_title(f"failed checks ({r['counts']['rejected']} rejected of {r['counts']['read']})")
+    a.barh(list(fc), list(fc.values()), color="#d9534f")
+    a.set_title(f"failed checks ({r['counts']['rejected']} rejected of {r['counts']['read']})")
     buckets = list(r["output_length"]["accepted"]["buckets"])
     xs = range(len(buckets))
     b.bar([x - 0.2 for x in xs], [r["output_length"]["accepted"]["buckets"][k] for k in buckets], 0.4, label="accepted")
     b.bar([x + 0.2 for x in xs], [r["output_length"]["rejected"]["buckets"][k] for k in buckets], 0.4, label="rejected")
-    b.set_xticks(list(xs)); b.set_xticklabels(buckets, rotation=45, fontsize=7); b.set_title("output length (tokens)"); b.legend()
+    b.set_xticks(list(xs))
+    b.set_xticklabels(buckets, rotation=45, fontsize=7)
+    b.set_title("output length (tokens)")
+    b.legend()
     fig.tight_layout()
     return fig
 
 def tokens_html(tok, ids:list, segments:list, problems:list=(), offset:int=0) -> str:
-    "HTML of `ids` coloured by segment (`[kind, start, end)` over `ids`); `problems` positions are outlined (positions relative to `offset`)."
+    "HTML of `ids` coloured by segment (`[kind, start, end)` over `ids`), `problems` (positions from `offset`) boxed."
     import html
     kind_at = {}
     for k, s, e in segments:
@@ -530,19 +588,26 @@ def token_inspector(run, tok=None):
     prev, nxt, out = W.Button(description="◀"), W.Button(description="▶"), W.HTML()
     def show(*_):
         items = acc if which.index == 0 else rej
-        if not items: out.value = "<i>none</i>"; return
+        if not items:
+            out.value = "<i>none</i>"
+            return
         i = min(idx.value, len(items) - 1)
         r = items[i]
         if which.index == 0:
             P = r["n_prompt"]
-            body = tokens_html(tok, r["input_ids"][P:], [[k, s - P, e - P] for k, s, e in r["segments"] if k != "prompt"])
-            head = f"<b>{r['id']}</b> · {len(r['input_ids']) - P} output tokens after {P} prompt tokens · finish {r['finish_reason']}"
+            body = tokens_html(tok, r["input_ids"][P:],
+                               [[k, s - P, e - P] for k, s, e in r["segments"] if k != "prompt"])
+            head = (f"<b>{r['id']}</b> · {len(r['input_ids']) - P} output tokens after {P} prompt tokens"
+                    f" · finish {r['finish_reason']}")
         else:
             g = gens.get(r["id"], {})
             body = tokens_html(tok, g.get("output_ids", []), r.get("segments", []), r["problems"])
-            head = f"<b>{r['id']}</b> · " + "; ".join(f"<span style='color:#c00'>{p['check']}</span> @ {p['pos']}: {p['detail']}" for p in r["problems"])
+            head = f"<b>{r['id']}</b> · " + "; ".join(f"<span style='color:#c00'>{p['check']}</span> @ {p['pos']}: "
+                                                      f"{p['detail']}" for p in r["problems"])
         out.value = f"{head}<br>{body}"
     prev.on_click(lambda _: setattr(idx, "value", max(0, idx.value - 1)))
     nxt.on_click(lambda _: setattr(idx, "value", min(idx.max, idx.value + 1)))
-    which.observe(show, "value"); idx.observe(show, "value"); show()
+    which.observe(show, "value")
+    idx.observe(show, "value")
+    show()
     return W.VBox([W.HBox([which, prev, idx, nxt]), out])

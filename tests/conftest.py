@@ -12,6 +12,22 @@ def shared_tokenizers():
     assert d.is_dir(), f"{d} is missing: tests need ../shared/tokenizers beside the project"
     return d
 
+@pytest.fixture(scope="session")
+def kimi_dir(shared_tokenizers, tmp_path_factory):
+    "A model-like folder holding Kimi K2.5's real tokenizer files (no tokenizer.json, no remote code)."
+    import shutil
+    d = tmp_path_factory.mktemp("kimi-k2")
+    for f in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
+    return d
+
+@pytest.fixture(scope="session")
+def kimi(kimi_dir):
+    "Kimi K2.5's tokenizer, through the public loader."
+    from eagle3nb.models import KimiTokenizer, load_tokenizer
+    tok = load_tokenizer(kimi_dir)
+    assert isinstance(tok, KimiTokenizer)
+    return tok
+
 def run(cmd, env=None, **kw):
     "Run a command, return CompletedProcess (text)."
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, **kw)

@@ -17,15 +17,6 @@ def test_shared_files_are_the_pinned_upstream_bytes(shared_tokenizers):
 def test_kimi_split_pattern_is_the_official_one():
     assert hashlib.sha256(KIMI_PAT_STR.encode()).hexdigest() == "de5781783b193d5ccf5b1b28edfa70fa816ce78d54603fdc422cfd8d4ea4411f"
 
-@pytest.fixture(scope="module")
-def kimi(shared_tokenizers, tmp_path_factory):
-    # through the public loader, from a model-like directory (no tokenizer.json, no remote code)
-    d = tmp_path_factory.mktemp("kimi")
-    for f in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
-    tok = load_tokenizer(d)
-    assert isinstance(tok, KimiTokenizer)
-    return tok
-
 def test_kimi_specials_from_added_tokens_decoder(kimi):
     assert len(kimi) == 163584 + 256
     assert kimi.convert_tokens_to_ids(["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>",

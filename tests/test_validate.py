@@ -8,16 +8,10 @@ from eagle3nb.prompts import render_prompt, prepare
 from eagle3nb.validate import derive_profile, segment_output, validate, next_turn_prompt, check_record
 
 @pytest.fixture(scope="module")
-def kimi(shared_tokenizers, tmp_path_factory):
-    d = tmp_path_factory.mktemp("kimi")
-    for f in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
-    return d
-
-@pytest.fixture(scope="module")
 def qwen(shared_tokenizers): return shared_tokenizers/"qwen3"
 
 def test_kimi_profile_from_the_tokenizer(kimi):
-    tok = load_tokenizer(kimi); p = derive_profile(tok)
+    tok, p = kimi, derive_profile(kimi)
     assert (p.family, p.think_open, p.think_close, p.tool_open, p.tool_close) == ("kimi", 163606, 163607, 163595, 163596)
     assert p.tool_inner == [163597, 163598, 163599] and p.end_ids == [163586, 163585]
     assert {163587, 163588, 163594, 163584, 163839} <= set(p.forbidden_ids)
@@ -34,7 +28,7 @@ def _kimi_sample(tok, reasoning="Need the tool.", calls=(("get_weather", '{"city
     return out + list(end)
 
 def test_kimi_checks(kimi):
-    tok = load_tokenizer(kimi); p = derive_profile(tok)
+    tok, p = kimi, derive_profile(kimi)
     P = render_prompt(tok, [{"role": "user", "content": "Weather in Paris?"}])
     stop = {"type": "stop"}
     def checks(out, finish=stop, prompt=P): return sorted({x.check for x in segment_output(p, prompt, out, finish, tok)[1]})
@@ -79,13 +73,13 @@ def test_qwen3_prompt_checks(qwen, tmp_path):
     assert check_record(tok, p, cut, prompt_rec)[1] == []                            # truncated: kept by default
     assert [x.check for x in check_record(tok, p, cut, prompt_rec, drop_truncated=True)[1]] == ["truncated"]
 
-def test_kimi_multiturn_history_is_token_exact(kimi, tmp_path):
+def test_kimi_multiturn_history_is_token_exact(kimi, kimi_dir, tmp_path):
     "Turn 1's prompt equals what the template renders from turn 0's segments; Kimi keeps <think></think> for the earlier turn."
-    tok = load_tokenizer(kimi); p = derive_profile(tok)
+    tok, p = kimi, derive_profile(kimi)
     row = {"id": "k", "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
                                    {"role": "user", "content": "times 3?"}]}
     (tmp_path/"in.jsonl").write_text(json.dumps(row) + "\n")
-    prepare(tmp_path/"in.jsonl", kimi, tmp_path, progress=False)
+    prepare(tmp_path/"in.jsonl", kimi_dir, tmp_path, progress=False)
     prec = read_jsonl(tmp_path/"prompts/prompts.jsonl")[0]
     out = tok.encode("Add two and two.") + [163607] + tok.encode("It is 4.") + [163586]
     with JsonlWriter(tmp_path/"generate/generations.jsonl") as w:
