@@ -20,5 +20,6 @@ test-vllm: setup
 	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
 	.venv/bin/python -m pytest tests/ -q -rs -m "vllm or speculators"
 
+# JupyterLab on nbs/, offline, on loopback (the notebooks are the documentation and the exploratory workspace)
 lab: setup
-	.venv/bin/jupyter lab nbs/
+	.venv/bin/jupyter lab nbs/ --ip 127.0.0.1 --LabApp.news_url=None $$([ "$$(id -u)" = 0 ] && echo --allow-root)

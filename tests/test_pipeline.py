@@ -1,0 +1,80 @@
+"The main job end to end at the tiny size: the CLI after kill -9 resumes, a plain script runs it, configs are checked."
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest
+from conftest import BIN, ROOT, run
+
+def _ledger(run_dir): 
+    p = Path(run_dir)/"pipeline.json"
+    try: return json.loads(p.read_text()) if p.exists() else {}
+    except json.JSONDecodeError: return {}
+
+def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
+    d = tmp_path/"run"
+    cmd = [str(BIN/"eagle3nb"), "run", "--size", "tiny", "--run", str(d)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    t0 = time.time()
+    while "capture" not in _ledger(d) and p.poll() is None and time.time() - t0 < 600: time.sleep(0.2)
+    assert p.poll() is None, p.stdout.read()
+    os.killpg(p.pid, signal.SIGKILL); p.wait()          # killed in training: no report yet
+    assert not (d/"report.html").exists() and set(_ledger(d)) == {"prepare", "generate", "validate", "capture"}
+    r = run(cmd)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for s in ("prepare", "generate", "validate", "capture"): assert f"{s}: done earlier under the same settings — skipped" in r.stdout
+    led = _ledger(d)
+    assert list(led) == ["prepare", "generate", "validate", "capture", "train", "evaluate", "export"]
+    # every record accounted for, stage by stage
+    m = json.loads((d/"prompts/manifest.json").read_text())["counts"]
+    assert m["read"] == 300 and m["accepted"] + m["rejected"] == 300
+    g = json.loads((d/"generate/manifest.json").read_text())["counts"]
+    assert (g["items"], g["success"] + g["failed"] + g["skipped"], g["success"]) == (4, 4, 4)
+    v = json.loads((d/"validate/manifest.json").read_text())["counts"]
+    assert v["read"] == 4 and v["accepted"] + v["rejected"] == 4
+    c = json.loads((d/"capture/manifest.json").read_text())["counts"]
+    assert c["captured"] + c["quarantined"] + c["skipped"] == v["accepted"]
+    t = json.loads((d/"train/manifest.json").read_text())
+    assert t["counts"]["train_records"] + t["counts"]["heldout_records"] == c["captured"]
+    # evaluated on prompts it never generated for (so never trained on)
+    held = [json.loads(x)["prompt_ids"] for x in (d/"evaluate_prompts.jsonl").read_text().splitlines()]
+    gen_prompts = {tuple(json.loads(x)["prompt_ids"]) for x in (d/"prompts/prompts.jsonl").read_text().splitlines()[:4]}
+    assert held and not {tuple(h) for h in held} & gen_prompts
+    rep = json.loads((d/"evaluate/report.json").read_text())
+    assert {r["method"] for r in rep["rows"]} == {"eagle3", "ngram", "target"}
+    # one report: markdown and a self-contained page, with the headline and the serving commands
+    md, page = (d/"report.md").read_text(), (d/"report.html").read_text()
+    assert "## Headline: the drafter beside n-gram, on held-out prompts" in md and "tokens / target forward" in md
+    assert "vllm serve" in md and "--speculative-algorithm EAGLE3" in md
+    assert page.count("data:image/png;base64,") >= 3 and "src=\"plots/" not in page
+    assert r.stdout.rstrip().splitlines()[-1].startswith("evaluate (1 held-out prompts")
+    for fmt in ("speculators", "sglang"): assert (d/f"export/{fmt}/config.json").exists()
+    # a third run does nothing again
+    r = run(cmd)
+    assert r.returncode == 0 and r.stdout.count("done earlier under the same settings") == 7
+
+def test_example_script_runs_the_pipeline(tmp_path):
+    r = run([sys.executable, str(ROOT/"examples/pipeline.py"), str(tmp_path/"ex")], cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "eagle3  K=1  tokens per target forward" in r.stdout and "ngram   K=1" in r.stdout
+    led = json.loads((tmp_path/"ex/pipeline.json").read_text())
+    assert led["capture"]["summary"].startswith("capture: skipped (train.source is online")
+    assert json.loads((tmp_path/"ex/train/manifest.json").read_text())["config"]["source"] == "online"
+    assert not (tmp_path/"ex/capture").exists()         # online: no hidden states stored
+    assert (tmp_path/"ex/report.html").exists()
+
+@pytest.mark.parametrize("name", ["qwen3-8b-sglang.toml", "kimi-k2.5-sglang.toml"])
+def test_example_configs_read(name):
+    from eagle3nb.pipeline import pipeline_config
+    c = pipeline_config(ROOT/"configs"/name)
+    assert c.generate.engine == "sglang" and c.generate.urls and c.train.ttt_steps == 7
+
+def test_bad_config_names_the_key_and_file(tmp_path):
+    p = tmp_path/"bad.toml"
+    p.write_text('target = "/m"\n[train]\nepoch = 2\n')
+    r = run([str(BIN/"eagle3nb"), "run", str(p)])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{p} [train]: unknown key `epoch` — did you mean `epochs`?" in r.stderr
+    p.write_text('[generate]\nengine = "sglang"\n')
+    r = run([str(BIN/"eagle3nb"), "run", str(p)])
+    assert r.returncode == 2 and "needs `urls`" in r.stderr
+    r = run([str(BIN/"eagle3nb"), "run", "--set", "train.epochs=two"])
+    assert r.returncode == 2 and "`epochs` = 'two' must be int" in r.stderr
