@@ -15,7 +15,8 @@ from .pipeline import prepare_summary, generate_summary, validate_summary, captu
 
 # %% ../nbs/90_cli.ipynb #541c35b6
 def _setting(s:str) -> dict:
-    "`train.epochs=3` → `{'train': {'epochs': 3}}`; the value is read as TOML (numbers, true/false, [lists], \"strings\"), else as text."
+    ("`train.epochs=3` → `{'train': {'epochs': 3}}`; the value is read as TOML (numbers, true/false, [lists], "
+     "\"strings\"), else as text.")
     import tomllib
     if "=" not in s: raise InputError(f"--set {s!r}: use SECTION.KEY=VALUE, e.g. --set train.epochs=3")
     k, v = s.split("=", 1)
@@ -26,16 +27,22 @@ def _setting(s:str) -> dict:
     return d
 
 def _merge(a:dict, b:dict) -> dict:
-    return {**a, **{k: _merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v for k, v in b.items()}}
+    return {**a, **{k: _merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+                    for k, v in b.items()}}
 
 @call_parse
-def run_cmd(config:Param("a TOML config of a real run (see configs/); without it, the embedded default", str, opt=False, nargs="?")=None,
+def run_cmd(config:Param("a TOML config of a real run (see configs/); without it, the embedded default",
+                         str, opt=False, nargs="?")=None,
             size:Param("size preset: tiny, small (the default), medium or large", str)=None,
             run:Param("run directory (default: the config's `run`, or runs/default)", str)=None,
-            set:Param("override a setting, SECTION.KEY=VALUE (repeatable), e.g. --set train.epochs=3 generate.prompts=128", str, nargs="*")=None,
-            stages:Param("only these stages, comma-separated, e.g. train,evaluate,export (default: all)", str)=None,
-            fresh:Param("rerun every stage; capture and training start over (generated samples are kept)", store_true)=False):
-    "The main job: prepare → generate → validate → capture → train → evaluate → export → report.html (the embedded default without CONFIG)."
+            set:Param("override a setting, SECTION.KEY=VALUE (repeatable), "
+                      "e.g. --set train.epochs=3 generate.prompts=128", str, nargs="*")=None,
+            stages:Param("only these stages, comma-separated, "
+                         "e.g. train,evaluate,export (default: all)", str)=None,
+            fresh:Param("rerun every stage; capture and training start over "
+                        "(generated samples are kept)", store_true)=False):
+    ("The main job: prepare → generate → validate → capture → train → evaluate → export → report.html "
+     "(the embedded default without CONFIG).")
     from eagle3nb.pipeline import STAGES, pipeline_config, run_default, run_pipeline
     ov = {}
     for s in set or []: ov = _merge(ov, _setting(s))
@@ -56,23 +63,27 @@ def _thinking(s:str):
 
 @call_parse
 def prepare_cmd(inputs:Param("input files (JSON array or JSONL) or built-in names such as 'sharegpt'", str, nargs="+"),
-                target:Param("a local model directory or a built-in name (smollm2, tiny-qwen3, tiny-llama)", str)="smollm2",
+                target:Param("a local model directory or a built-in name "
+                             "(smollm2, tiny-qwen3, tiny-llama)", str)="smollm2",
                 run:Param("run directory", str)="runs/default",
                 max_prompt_tokens:Param("reject longer prompts (default: the target's context length)", int)=None,
                 thinking:Param("reasoning in the template: on, off or default", str)="default",
                 no_tools:Param("do not pass rows' tool definitions to the template", store_true)=False,
-                keep_leading_assistant:Param("reject rows that start with an assistant turn instead of dropping that turn", store_true)=False,
+                keep_leading_assistant:Param("reject rows that start with an assistant turn "
+                                             "instead of dropping that turn", store_true)=False,
                 limit:Param("read at most this many rows", int)=None):
     "Render turn-0 prompts with the target's chat template."
     from eagle3nb.prompts import prepare
     m = prepare(inputs, target, run, max_prompt_tokens=max_prompt_tokens, thinking=_thinking(thinking),
                 tools=not no_tools, limit=limit, drop_leading_assistant=not keep_leading_assistant)
-    print(prepare_summary(m)); print(f"wrote {Path(run)/'prompts'}")
+    print(prepare_summary(m))
+    print(f"wrote {Path(run)/'prompts'}")
 
 # %% ../nbs/90_cli.ipynb #de9a77e4
 def _ids(s:str|None) -> list:
     try: return [int(x) for x in s.split(",") if x.strip()] if s else []
-    except ValueError: raise InputError(f"--stop_token_ids {s!r}: give comma-separated integers, e.g. 151645,151643") from None
+    except ValueError:
+        raise InputError(f"--stop_token_ids {s!r}: give comma-separated integers, e.g. 151645,151643") from None
 
 @call_parse
 def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", str)="runs/default",
@@ -82,7 +93,8 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  max_new_tokens:Param("most tokens to generate per sample", int)=2048,
                  temperature:Param("0 is greedy", float)=0.0,
                  top_p:float=1.0, top_k:int=-1, min_p:float=0.0,
-                 repetition_penalty:Param("1 is off; always sent, so the server's generation_config default never applies", float)=1.0,
+                 repetition_penalty:Param("1 is off; always sent, "
+                                          "so the server's generation_config default never applies", float)=1.0,
                  frequency_penalty:Param("0 is off; always sent", float)=0.0,
                  presence_penalty:Param("0 is off; always sent", float)=0.0,
                  stop_token_ids:Param("comma-separated extra stop ids (the model's EOS ids always stop)", str)=None,
@@ -93,9 +105,11 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  retry_failed:Param("retry the failures of earlier runs", store_true)=False,
                  limit:Param("only the first N prompts", int)=None,
                  timeout:Param("base read timeout of a request, in seconds", float)=600,
-                 timeout_per_token:Param("read-timeout seconds added per max_new_tokens token (long generations are not cut off)", float)=0.1,
+                 timeout_per_token:Param("read-timeout seconds added per max_new_tokens token "
+                                         "(long generations are not cut off)", float)=0.1,
                  max_retries:Param("retries of transient faults per request", int)=6,
-                 prompts:Param("prompt records to read (default: RUN/prompts/prompts.jsonl), e.g. a validate/next_prompts.jsonl", str)=None):
+                 prompts:Param("prompt records to read (default: RUN/prompts/prompts.jsonl), "
+                               "e.g. a validate/next_prompts.jsonl", str)=None):
     "Token-direct generation: prompt ids in, output ids out, resumable."
     from eagle3nb.engines import Sampling, make_engine
     from eagle3nb.generate import generate
@@ -103,11 +117,13 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  stop_token_ids=_ids(stop_token_ids), seed=seed, repetition_penalty=repetition_penalty,
                  frequency_penalty=frequency_penalty, presence_penalty=presence_penalty)
     if engine == "local": engines = [make_engine("local", target=target)]
-    else: engines = [make_engine(engine, u, timeout=timeout, timeout_per_token=timeout_per_token, max_retries=max_retries)
+    else: engines = [make_engine(engine, u, timeout=timeout, timeout_per_token=timeout_per_token,
+                                 max_retries=max_retries)
                      for u in (url or [None])]
-    m = generate(run, engines, s, n=n, concurrency=concurrency, retry_failed=retry_failed, limit=limit, prompts_path=prompts,
-                 batch_size=batch_size)
-    print(generate_summary(m)); print(f"wrote {Path(run)/'generate'}")
+    m = generate(run, engines, s, n=n, concurrency=concurrency, retry_failed=retry_failed, limit=limit,
+                 prompts_path=prompts, batch_size=batch_size)
+    print(generate_summary(m))
+    print(f"wrote {Path(run)/'generate'}")
 
 # %% ../nbs/90_cli.ipynb #6ce0dec3
 @call_parse
@@ -126,55 +142,72 @@ def serve_cmd(target:Param("a model directory or built-in name", str)="smollm2",
 @call_parse
 def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes validate/)", str)="runs/default",
                  target:Param("tokenizer source (default: the prompts stage's target)", str)=None,
-                 family:Param("override the detected family: qwen3, kimi, deepseek-r1, gpt-oss, llama3, chatml", str)=None,
-                 drop_truncated:Param("reject length-truncated samples (kept by default: flagged, never given an end of turn)", store_true)=False,
+                 family:Param("override the detected family: "
+                              "qwen3, kimi, deepseek-r1, gpt-oss, llama3, chatml", str)=None,
+                 drop_truncated:Param("reject length-truncated samples "
+                                      "(kept by default: flagged, never given an end of turn)", store_true)=False,
                  mask_reasoning:Param("exclude reasoning from the loss", store_true)=False,
                  mask_tool_calls:Param("exclude tool calls from the loss", store_true)=False,
                  generations:Param("generation records to read (default: RUN/generate/generations.jsonl)", str)=None,
-                 prompts:Param("prompt records of those generations (default: the generate manifest's, else RUN/prompts/prompts.jsonl)", str)=None):
+                 prompts:Param("prompt records of those generations "
+                               "(default: the generate manifest's, else RUN/prompts/prompts.jsonl)", str)=None):
     "Token-boundary validation: checks, segments, loss masks, rejects, report, next-turn prompts."
     from eagle3nb.validate import validate
     m = validate(run, target, family, drop_truncated, mask_reasoning, mask_tool_calls, generations, prompts)
-    print(validate_summary(m)); print(f"wrote {Path(run)/'validate'} (report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")
+    print(validate_summary(m))
+    print(f"wrote {Path(run)/'validate'} "
+          "(report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")
 
 # %% ../nbs/90_cli.ipynb #565dcd97
 @call_parse
 def capture_cmd(run:Param("run directory (reads validate/records.jsonl, writes capture/)", str)="runs/default",
                 target:Param("model dir or name (default: the one validation used)", str)=None,
-                layers:Param("aux layers as HF hidden-state indices, comma-separated (default: 2,L//2,L-3)", str)=None,
+                layers:Param("aux layers as HF hidden-state indices, comma-separated "
+                             "(default: 2,L//2,L-3)", str)=None,
                 dtype:Param("storage dtype: bfloat16, float16 or float32", str)="bfloat16",
                 max_tokens:Param("skip longer records (default: the context length)", int)=None,
                 batch_tokens:Param("padded tokens per forward pass", int)=8192,
                 shard_tokens:Param("tokens per shard", int)=65536,
                 model_dtype:Param("dtype to run the target in", str)="float32",
                 specforge_dir:Param("also write SpecForge offline feature files here", str)=None,
-                fresh:Param("discard what RUN/capture holds (another configuration) and capture from scratch", store_true)=False):
-    "Capture EAGLE-3 aux and final hidden states to sharded safetensors (resumable; run under torchrun to split the work)."
+                fresh:Param("discard what RUN/capture holds (another configuration) "
+                            "and capture from scratch", store_true)=False):
+    ("Capture EAGLE-3 aux and final hidden states to sharded safetensors "
+     "(resumable; run under torchrun to split the work).")
     from eagle3nb.capture import capture, export_specforge
-    m = capture(run, target, _ids(layers) or None, dtype, max_tokens, batch_tokens, shard_tokens, model_dtype, fresh=fresh)
+    m = capture(run, target, _ids(layers) or None, dtype, max_tokens, batch_tokens, shard_tokens, model_dtype,
+                fresh=fresh)
     if m is None: return
-    print(capture_summary(m)); print(f"wrote {Path(run)/'capture'}")
-    if specforge_dir: print(f"wrote {export_specforge(Path(run)/'capture', specforge_dir)} SpecForge feature files to {specforge_dir}")
+    print(capture_summary(m))
+    print(f"wrote {Path(run)/'capture'}")
+    if specforge_dir:
+        print(f"wrote {export_specforge(Path(run)/'capture', specforge_dir)} "
+              f"SpecForge feature files to {specforge_dir}")
 
 # %% ../nbs/90_cli.ipynb #47a77fa4
 def start_server_process(target:str, timeout:float=300, **kw):
     "Start `eagle3nb serve` as a subprocess on a free loopback port; return `(process, url)`."
     import subprocess, tempfile, time
     url_file = Path(tempfile.mkdtemp())/"url"
-    args = [sys.executable, "-c", "from eagle3nb.cli import main; main()", "serve", "--target", str(target), "--port", "0", "--url_file", str(url_file)]
+    args = [sys.executable, "-c", "from eagle3nb.cli import main; main()", "serve",
+            "--target", str(target), "--port", "0", "--url_file", str(url_file)]
     for k, v in kw.items(): args += [f"--{k}", str(v)]
     p = subprocess.Popen(args)
     t0 = time.time()
     while not url_file.exists():
         if p.poll() is not None: raise RuntimeError(f"eagle3nb serve exited with status {p.returncode}")
-        if time.time() - t0 > timeout: p.kill(); raise RuntimeError(f"eagle3nb serve did not start in {timeout} s")
+        if time.time() - t0 > timeout:
+            p.kill()
+            raise RuntimeError(f"eagle3nb serve did not start in {timeout} s")
         time.sleep(0.2)
     return p, url_file.read_text().strip()
 
 # %% ../nbs/90_cli.ipynb #dad3e49f
 @call_parse
-def train_cmd(run:Param("run directory (reads capture/, or validate/ with --source online; writes train/)", str)="runs/default",
-              source:Param("offline (captured shards) or online (the target runs in the loop, nothing stored)", str)="offline",
+def train_cmd(run:Param("run directory (reads capture/, or validate/ with --source online; writes train/)",
+                        str)="runs/default",
+              source:Param("offline (captured shards) or online "
+                           "(the target runs in the loop, nothing stored)", str)="offline",
               target:Param("target model dir or name (default: the capture's; must match it)", str)=None,
               layers:Param("aux layers as HF indices, comma-separated (must match the capture's)", str)=None,
               ttt_steps:Param("training-time-test steps K", int)=7,
@@ -195,10 +228,11 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
     from eagle3nb.train import train
     m = train(run, target=target, aux_layers=_ids(layers) or None, fresh=fresh, source=source, ttt_steps=ttt_steps,
               draft_vocab_size=draft_vocab_size, epochs=epochs, max_steps=max_steps, lr=lr, warmup_steps=warmup_steps,
-              batch_tokens=batch_tokens, heldout=heldout, eval_every=eval_every, ckpt_every=ckpt_every, log_every=log_every,
-              seed=seed, norm_before_residual=norm_before_residual)
+              batch_tokens=batch_tokens, heldout=heldout, eval_every=eval_every, ckpt_every=ckpt_every,
+              log_every=log_every, seed=seed, norm_before_residual=norm_before_residual)
     if m is None: return
-    print(train_summary(m)); print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")
+    print(train_summary(m))
+    print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")
 
 #| export
 
@@ -206,24 +240,31 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
 def _ks(s:str) -> list:
     "`1-7` or `1,3,5` → a list of K."
     try:
-        if "-" in s: a, b = s.split("-"); return list(range(int(a), int(b) + 1))
+        if "-" in s:
+            a, b = s.split("-")
+            return list(range(int(a), int(b) + 1))
         return [int(x) for x in s.split(",") if x.strip()]
     except ValueError: raise InputError(f"--ks {s!r}: give a range such as 1-7 or a list such as 1,3,5") from None
 
 @call_parse
 def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/)", str)="runs/default",
-                 prompts:Param("held-out prompts: JSONL of prompt records (prompt_ids) or conversations (messages)", str)=None,
+                 prompts:Param("held-out prompts: JSONL of prompt records (prompt_ids) "
+                               "or conversations (messages)", str)=None,
                  drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
                  ks:Param("chain lengths K to measure, e.g. 1-7 or 1,3,5", str)="1-7",
                  temperature:Param("0 is greedy (and lossless); above it, speculative sampling", float)=0.0,
                  max_new_tokens:Param("most tokens per prompt", int)=128,
                  limit:Param("only the first N prompts", int)=None,
                  no_ngram:Param("skip the n-gram prompt-lookup comparison", store_true)=False):
-    "Real draft-and-verify decoding (vLLM's loop): τ, per-position acceptance, tokens per forward, n-gram beside it, recommended K."
+    ("Real draft-and-verify decoding (vLLM's loop): τ, per-position acceptance, tokens per forward, "
+     "n-gram beside it, recommended K.")
     from eagle3nb.evaluate import evaluate, print_report
-    if not prompts: raise InputError("--prompts is required: a JSONL of held-out prompts (e.g. a prompts.jsonl from eagle3nb prepare)")
+    if not prompts:
+        raise InputError("--prompts is required: a JSONL of held-out prompts "
+                         "(e.g. a prompts.jsonl from eagle3nb prepare)")
     rep = evaluate(run, prompts, drafter, _ks(ks), temperature, max_new_tokens, limit, not no_ngram)
-    print_report(rep); print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
+    print_report(rep)
+    print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
 
 # %% ../nbs/90_cli.ipynb #78e56ce3
 @call_parse
@@ -231,7 +272,8 @@ def export_cmd(run:Param("run directory (reads train/drafter, writes export/FORM
                format:Param("sglang (LlamaForCausalLMEagle3) or speculators (vLLM)", str)="speculators",
                out:Param("output directory (default: RUN/export/FORMAT)", str)=None,
                drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
-               speculative_tokens:Param("K written into the speculators config (vLLM's default num_speculative_tokens)", int)=3):
+               speculative_tokens:Param("K written into the speculators config "
+                                        "(vLLM's default num_speculative_tokens)", int)=3):
     "Export the trained drafter for SGLang or vLLM."
     from eagle3nb.export import export
     p = export(run, format, out, drafter, speculative_tokens)
@@ -251,21 +293,24 @@ def targets_cmd(name:Param("build this target and print its directory", str)=Non
 #| export
 
 # %% ../nbs/90_cli.ipynb #97a75876
-COMMANDS = {"run": run_cmd, "prepare": prepare_cmd, "generate": generate_cmd, "validate": validate_cmd, "capture": capture_cmd,
-            "train": train_cmd, "evaluate": evaluate_cmd, "export": export_cmd,
+COMMANDS = {"run": run_cmd, "prepare": prepare_cmd, "generate": generate_cmd, "validate": validate_cmd,
+            "capture": capture_cmd, "train": train_cmd, "evaluate": evaluate_cmd, "export": export_cmd,
             "serve": serve_cmd,
             "targets": targets_cmd}
 
 def main():
     "Entry point of the `eagle3nb` command."
-    if len(sys.argv) > 1 and sys.argv[1] == "--": sys.argv.pop(1)   # `torchrun ... $(which eagle3nb) -- capture --run DIR`
+    # `torchrun ... $(which eagle3nb) -- capture --run DIR`
+    if len(sys.argv) > 1 and sys.argv[1] == "--": sys.argv.pop(1)
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help") or sys.argv[1] not in COMMANDS:
         print("usage: eagle3nb {" + ",".join(COMMANDS) + "} [options]   (eagle3nb COMMAND --help for options)")
         for k, f in COMMANDS.items(): print(f"  {k:10s} {f.__doc__}")
         sys.exit(0 if len(sys.argv) >= 2 and sys.argv[1] in ("-h", "--help") else 2)
     cmd, f = sys.argv[1], COMMANDS[sys.argv[1]]
     args = vars(anno_parser(getattr(f, "__wrapped__", f), prog=f"eagle3nb {cmd}").parse_args(sys.argv[2:]))
-    args.pop("pdb", None); args.pop("xtra", None)
+    args.pop("pdb", None)
+    args.pop("xtra", None)
     try: f(**args)
     except InputError as e:
-        print(f"eagle3nb {cmd}: error: {e}", file=sys.stderr); sys.exit(2)
+        print(f"eagle3nb {cmd}: error: {e}", file=sys.stderr)
+        sys.exit(2)
