@@ -13,7 +13,7 @@ from .models import load_target
 # %% auto #0
 __all__ = ['default_aux_layers', 'sglang_layer_ids', 'base_model', 'decoder_layers', 'catch_aux', 'forward_states', 'record_hash',
            'ShardWriter', 'shard_rows', 'complete_shards', 'CaptureReader', 'first_nonfinite', 'capture_config',
-           'lock_config', 'capture', 'export_specforge']
+           'lock_config', 'read_records', 'run_capture', 'capture', 'export_specforge']
 
 # %% ../nbs/07_capture.ipynb #6d383e1a
 def default_aux_layers(num_layers:int) -> list:
@@ -185,73 +185,81 @@ def _rows_of(out, pattern:str) -> list:
     "Rows of every rank's files matching `pattern` (a resume under another world size sees them all)."
     return [o for p in sorted(Path(out).glob(pattern)) for _, o in JsonlReader(p)]
 
-def capture(run, # run directory: reads validate/records.jsonl, writes capture/
-            target=None, # model dir or name (default: the one validation used)
-            aux_layers:list|None=None, # HF hidden-state indices (default [2, L//2, L-3])
-            dtype:str="bfloat16", # storage dtype of the states
-            max_tokens:int|None=None, # skip longer records (default: the model's context length)
-            batch_tokens:int=8192, # padded tokens per forward pass
-            shard_tokens:int=1 << 16, # tokens per shard file
-            model_dtype:str="float32", device:str|None=None, # default: this rank's GPU, else CPU; "auto" spreads one model over all GPUs
-            records=None, # read records from here instead of run/validate/records.jsonl
-            fresh:bool=False, # discard what run/capture holds and start over
-            progress:bool=True) -> dict|None:
-    "Capture aux and final hidden states of every validated record; return the manifest (on rank 0)."
+def read_records(run, records=None) -> tuple:
+    "`(path, records)` of the validated records a capture reads (`run/validate/records.jsonl` unless `records`)."
+    rpath = Path(records) if records else Path(run)/"validate"/"records.jsonl"
+    if not rpath.exists():
+        raise InputError(f"{rpath}: no validated records; run `eagle3nb validate` first")
+    return rpath, [o for _, o in JsonlReader(rpath)]
+
+def run_capture(run, # run directory: writes run/capture
+                tgt, # the `Target` (its config gives H and L)
+                aux_layers:list, # HF hidden-state indices
+                dtype:str, # storage dtype
+                cfg:dict, # the configuration locked in capture/config.json
+                states, # `states(recs)` yields `(record, aux [T,3H], final [T,H], None)` or `(record, None, None, why)`
+                max_tokens:int, # skip longer records
+                max_tokens_why:str="", # said in the skip reason, e.g. "the servers' max_model_len − 1"
+                shard_tokens:int=1 << 16, records=None, fresh:bool=False, progress:bool=True,
+                config:dict|None=None, # more manifest config (the engine's own settings)
+                t0:float|None=None) -> dict|None:
+    "The loop every capture engine shares: config lock, resume, skips, NaN quarantine, shards, index, manifest."
     import torch
     from tqdm.auto import tqdm
-    t0, run = time.time(), Path(run)
+    t0, run = t0 or time.time(), Path(run)
     rank, world, distributed = _dist()
-    rpath = Path(records) if records else run/"validate"/"records.jsonl"
-    if not rpath.exists(): raise InputError(f"{rpath}: no validated records; run `eagle3nb validate` first")
-    if target is None:
-        target = read_json(run/"validate"/"manifest.json")["config"]["target"]
-    if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
-    device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
-    tgt = load_target(target)
-    L = int(tgt.config()["num_hidden_layers"]); H = int(tgt.config()["hidden_size"])
-    aux_layers = list(aux_layers or default_aux_layers(L))
-    max_tokens = max_tokens or int(tgt.config().get("max_position_embeddings") or 1 << 30)
-    out = run/"capture"; sdir = out/"shards"
-    cfg = capture_config(tgt, aux_layers, dtype, model_dtype)
+    rpath, all_recs = read_records(run, records)
+    H, L = int(tgt.config()["hidden_size"]), int(tgt.config()["num_hidden_layers"])
+    out = run/"capture"
+    sdir = out/"shards"
     if rank == 0: lock_config(out, cfg, fresh)          # config.json exists before any shard
     if distributed:
         import torch.distributed as dist
         dist.barrier()
     if rank != 0: lock_config(out, cfg, write=False)
-    all_recs = [o for _, o in JsonlReader(rpath)]
     current = {r["id"]: record_hash(r["input_ids"], r["loss_mask"]) for r in all_recs}
     mine = [r for i, r in enumerate(all_recs) if i % world == rank]
     # settled: captured, quarantined or skipped with the record's current content, by any rank of any earlier run
-    settled = (set(_fresh_rows(shard_rows(sdir), current)) | set(_fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current))
+    settled = (set(_fresh_rows(shard_rows(sdir), current))
+               | set(_fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current))
                | set(_fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)))
     todo = [r for r in mine if r["id"] not in settled]
-    qpath, kpath = out/f"quarantine-r{rank}.jsonl", out/f"skipped-r{rank}.jsonl"
-    start = 1 + max((int(p.name.split("-")[1].split(".")[0]) for p in sdir.glob(f"r{rank}-*.safetensors")), default=-1)
+    qpath, kpath, fpath = out/f"quarantine-r{rank}.jsonl", out/f"skipped-r{rank}.jsonl", out/f"failed-r{rank}.jsonl"
+    fpath.unlink(missing_ok=True)                       # failures are not settled: this run retries and lists its own
+    start = 1 + max((int(p.name.split("-")[1].split(".")[0]) for p in sdir.glob(f"r{rank}-*.safetensors")),
+                    default=-1)
     writer = ShardWriter(sdir, f"r{rank}", dtype, shard_tokens, start)
-    model = tgt.load_model(model_dtype, device)
     n_tok = 0
-    with JsonlWriter(qpath) as qw, JsonlWriter(kpath) as kw:
+    def named(a, f):
+        return {**{f"aux layer {li}": a[:, k * H:(k + 1) * H] for k, li in enumerate(aux_layers)}, "final": f}
+    with JsonlWriter(qpath) as qw, JsonlWriter(kpath) as kw, JsonlWriter(fpath) as fw:
         fits = []
         for r in todo:
             if len(r["input_ids"]) > max_tokens:
-                kw.write({"id": r["id"], "hash": current[r["id"]], "reason": f"{len(r['input_ids'])} tokens > max_tokens={max_tokens}"})
+                why = f"{len(r['input_ids'])} tokens > max_tokens={max_tokens}"
+                why += f" ({max_tokens_why})" if max_tokens_why else ""
+                kw.write({"id": r["id"], "hash": current[r["id"]], "reason": why})
             else: fits.append(r)
-        bar = tqdm(total=sum(len(r["input_ids"]) for r in fits), desc=f"capture r{rank}", unit="tok", disable=not progress or rank != 0)
-        for batch in _batches(fits, batch_tokens):
-            aux, final, lens = forward_states(model, [r["input_ids"] for r in batch], aux_layers, device)
-            for b, r in enumerate(batch):
-                n = lens[b]
-                a, f = aux[b, :n].to(writer.dtype).cpu(), final[b, :n].to(writer.dtype).cpu()   # check what is stored
-                named = lambda a, f: {**{f"aux layer {li}": a[:, k * H:(k + 1) * H] for k, li in enumerate(aux_layers)}, "final": f}
-                bad = first_nonfinite(named(a, f))
-                if bad:
-                    why = f"non-finite values in {bad[0]} (HF index) at token {bad[1]}"
-                    if first_nonfinite(named(aux[b, :n], final[b, :n])) is None:
-                        why += f" after the cast to {_DT[dtype]} (beyond its range): capture with --dtype bfloat16 or float32"
-                    qw.write({"id": r["id"], "hash": current[r["id"]], "reason": why}); continue
-                writer.add(r["id"], a, f, r["input_ids"], r["loss_mask"]); n_tok += n
-            bar.update(sum(lens))
-        writer.flush(); bar.close()
+        bar = tqdm(total=sum(len(r["input_ids"]) for r in fits), desc=f"capture r{rank}", unit="tok",
+                   disable=not progress or rank != 0)
+        for r, aux, final, failed in states(fits):
+            bar.update(len(r["input_ids"]))
+            if failed is not None:
+                fw.write({"id": r["id"], "hash": current[r["id"]], "reason": failed})
+                continue
+            a, f = aux.to(writer.dtype).cpu(), final.to(writer.dtype).cpu()   # check what is stored
+            bad = first_nonfinite(named(a, f))
+            if bad:
+                why = f"non-finite values in {bad[0]} (HF index) at token {bad[1]}"
+                if first_nonfinite(named(aux, final)) is None:
+                    why += (f" after the cast to {_DT[dtype]} (beyond its range): "
+                            "capture with --dtype bfloat16 or float32")
+                qw.write({"id": r["id"], "hash": current[r["id"]], "reason": why})
+                continue
+            writer.add(r["id"], a, f, r["input_ids"], r["loss_mask"])
+            n_tok += len(r["input_ids"])
+        writer.flush()
+        bar.close()
     if distributed:
         import torch.distributed as dist
         dist.barrier()
@@ -260,27 +268,66 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
     index = _fresh_rows(on_file, current)
     quarantined = _fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current)
     skipped = _fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)
+    failed = {i: o for i, o in _fresh_rows(_rows_of(out, "failed-r*.jsonl"), current).items()
+              if i not in index and i not in quarantined and i not in skipped}
     rows = [index[r["id"]] for r in all_recs if r["id"] in index]
     write_jsonl_atomic(out/"index.jsonl", rows)
     tokens = sum(x["length"] for x in rows)
     shard_bytes = sum(p.stat().st_size for p in sdir.glob("*.safetensors"))
     esize = torch.tensor([], dtype=getattr(torch, _DT[dtype])).element_size()
     counts = {"records": len(all_recs), "captured": len(rows), "quarantined": len(quarantined), "skipped": len(skipped),
+              "failed": len(failed),   # not settled: a rerun retries them (reasons in failed-r*.jsonl)
               "tokens": tokens, "shards": len(list(sdir.glob("*.safetensors"))), "this_run_tokens_rank0": n_tok,
               "stale_rows": len(on_file) - len(index)}   # rows of records changed (or gone) since they were captured
-    if len(rows) + len(quarantined) + len(skipped) != len(all_recs):
+    if len(rows) + len(quarantined) + len(skipped) + len(failed) != len(all_recs):
         raise RuntimeError(f"accounting error in {out}: captured {len(rows)} + quarantined {len(quarantined)} + "
-                           f"skipped {len(skipped)} != records {len(all_recs)}")
+                           f"skipped {len(skipped)} + failed {len(failed)} != records {len(all_recs)}")
     return write_manifest(out, "capture",
         config={"records": str(rpath), "target": str(tgt.path), "num_layers": L, "hidden_size": H,
-                "aux_layers_hf": aux_layers, "aux_layers_sglang": sglang_layer_ids(aux_layers),
+                "aux_layers_hf": list(aux_layers), "aux_layers_sglang": sglang_layer_ids(aux_layers),
                 "final": "post-norm last hidden state (apply the target's lm_head for teacher logits)",
-                "dtype": _DT[dtype], "model_dtype": model_dtype, "batch_tokens": batch_tokens, "shard_tokens": shard_tokens,
-                "max_tokens": max_tokens, "world_size": world, "target_config_sha256": cfg["target_config_sha256"]},
+                "dtype": _DT[dtype], "shard_tokens": shard_tokens, "max_tokens": max_tokens, "world_size": world,
+                "target_config_sha256": cfg["target_config_sha256"], **(config or {})},
         counts=counts,
         timings={"seconds": round(time.time() - t0, 3)},
         storage={"bytes": shard_bytes, "bytes_per_token": round(shard_bytes / tokens, 2) if tokens else None,
                  "minimum_bytes_per_token": 4 * H * esize + 5})
+
+def capture(run, # run directory: reads validate/records.jsonl, writes capture/
+            target=None, # model dir or name (default: the one validation used)
+            aux_layers:list|None=None, # HF hidden-state indices (default [2, L//2, L-3])
+            dtype:str="bfloat16", # storage dtype of the states
+            max_tokens:int|None=None, # skip longer records (default: the model's context length)
+            batch_tokens:int=8192, # padded tokens per forward pass
+            shard_tokens:int=1 << 16, # tokens per shard file
+            model_dtype:str="float32", # dtype to run the target in
+            device:str|None=None, # default: this rank's GPU, else CPU; "auto" spreads one model over all GPUs
+            records=None, # read records from here instead of run/validate/records.jsonl
+            fresh:bool=False, # discard what run/capture holds and start over
+            progress:bool=True) -> dict|None:
+    "Capture aux and final hidden states of every validated record with the target in this process; the manifest."
+    import torch
+    t0, run = time.time(), Path(run)
+    rank, world, distributed = _dist()
+    read_records(run, records)                          # a clear error before anything loads
+    if target is None:
+        target = read_json(run/"validate"/"manifest.json")["config"]["target"]
+    if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
+    device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
+    tgt = load_target(target)
+    L = int(tgt.config()["num_hidden_layers"])
+    aux_layers = list(aux_layers or default_aux_layers(L))
+    max_tokens = max_tokens or int(tgt.config().get("max_position_embeddings") or 1 << 30)
+    cfg = capture_config(tgt, aux_layers, dtype, model_dtype)
+    def states(fits):
+        if not fits: return
+        model = tgt.load_model(model_dtype, device)
+        for batch in _batches(fits, batch_tokens):
+            aux, final, lens = forward_states(model, [r["input_ids"] for r in batch], aux_layers, device)
+            for b, r in enumerate(batch): yield r, aux[b, :lens[b]], final[b, :lens[b]], None
+    return run_capture(run, tgt, aux_layers, dtype, cfg, states, max_tokens, shard_tokens=shard_tokens, records=records,
+                       fresh=fresh, progress=progress, t0=t0,
+                       config={"engine": "local", "model_dtype": model_dtype, "batch_tokens": batch_tokens})
 
 # %% ../nbs/07_capture.ipynb #55cd73c3
 def export_specforge(capture_dir, out_dir) -> int:
