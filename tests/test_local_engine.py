@@ -74,3 +74,59 @@ def test_server_uses_every_core():
     finally:
         proc.terminate(); proc.wait(30)
     assert stats["threads"] == torch.get_num_threads()   # the worker thread's count, not a fallback of 1
+
+def test_transformers_forward_gives_the_same_ids(eng):
+    "The lean forward (default) and transformers' own forward (`lean=False`) give the same greedy ids, batched, on the same weights."
+    assert eng.forward is not None and eng.stats["forward"] == "lean"
+    stock = LocalEngine(eng.target, lean=False)
+    stock._model = eng.model                                    # the same weights, not a second load
+    assert stock.forward is None and stock.stats["forward"] == "transformers (lean=False)"
+    s = Sampling(max_new_tokens=20)
+    assert [g.output_ids for g in stock.generate_batch(eng.prompts, s)] == [g.output_ids for g in eng.generate_batch(eng.prompts, s)]
+
+def test_bad_row_in_a_joining_step_fails_alone(eng):
+    "A prompt that breaks the forward (an id the embedding lacks, sent past `check_prompt`) joins a step with good rows: it fails, they get their ids alone."
+    from concurrent.futures import Future
+    from eagle3nb.engines import _Row
+    s = Sampling(max_new_tokens=10)
+    alone = [eng.generate_batch([p], s)[0].output_ids for p in eng.prompts[:3]]
+    prompts = [eng.prompts[0], [eng.vocab_size + 7], eng.prompts[1], eng.prompts[2]]
+    futs = [Future() for _ in prompts]
+    eng._submit([_Row(list(p), s, lambda g, exc, f=f: f.set_exception(exc) if exc is not None else f.set_result(g), 0.0)
+                 for p, f in zip(prompts, futs)])              # taken in together: one step would hold all four
+    with pytest.raises(Exception, match="IndexError"): futs[1].result()
+    assert [futs[i].result().output_ids for i in (0, 2, 3)] == alone
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return LocalEngine("smollm2")
+
+def test_lean_forward_on_smollm2_equals_transformers(smollm2):
+    "Real weights (SmolLM2-135M, float32): greedy ids of the lean forward, batched, equal transformers' `generate` one prompt at a time."
+    e = smollm2
+    prompts = [render_prompt(e.target.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
+    got = [g.output_ids for g in e.generate_batch(prompts, Sampling(max_new_tokens=40))]
+    for p, o in zip(prompts, got):
+        ref = e.model.generate(torch.tensor([p]), max_new_tokens=40, do_sample=False, eos_token_id=e.eos_ids,
+                               pad_token_id=e.eos_ids[0])[0, len(p):].tolist()
+        assert o == ref, p[-5:]
+
+def test_a_rows_logits_do_not_depend_on_its_neighbours(smollm2):
+    "SmolLM2: a prompt's logits are bit for bit the same prefilled alone or beside others, and so are its decode-step logits beside rows of other lengths."
+    from eagle3nb.engines import SlotCache
+    e, fwd = smollm2, smollm2.forward
+    cfg = e.model.config
+    prompts = [render_prompt(e.target.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
+    def run(ps):
+        c = SlotCache(cfg.num_hidden_layers, len(ps), cfg.num_key_value_heads, fwd.D, torch.float32, max_len=e.context_length)
+        segs, st = [], 0
+        for j, p in enumerate(ps): c.claim(j, len(p)); segs.append((j, st, len(p))); st += len(p)
+        c.begin_step(0)
+        with torch.inference_mode():
+            first = fwd.forward(torch.tensor(sum(ps, [])), c, 0, segs); c.end_step()
+            c.begin_step(len(ps))
+            step = fwd.forward(first.argmax(-1), c, len(ps), []); c.end_step()
+        return first, step
+    a1, a2 = run(prompts[1:2])
+    b1, b2 = run(prompts)
+    assert torch.equal(a1[0], b1[1]) and torch.equal(a2[0], b2[1])
