@@ -36,7 +36,7 @@ def run_cmd(config:Param("a TOML config of a real run (see configs/); without it
             size:Param("size preset: tiny, small (the default), medium or large", str)=None,
             run:Param("run directory (default: the config's `run`, or runs/default)", str)=None,
             set:Param("override a setting, SECTION.KEY=VALUE (repeatable), "
-                      "e.g. --set train.epochs=3 generate.prompts=128", str, nargs="*")=None,
+                      "e.g. --set train.epochs=3 generate.prompts=128", str, nargs="+", action="extend")=None,
             stages:Param("only these stages, comma-separated, "
                          "e.g. train,evaluate,export (default: all)", str)=None,
             fresh:Param("rerun every stage; capture and training start over "
@@ -88,7 +88,7 @@ def _ids(s:str|None) -> list:
 @call_parse
 def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", str)="runs/default",
                  engine:Param("sglang, vllm or local", str)="sglang",
-                 url:Param("server URL(s); repeat to spread requests over several servers", str, nargs="*")=None,
+                 url:Param("server URL(s); repeat to spread requests over several servers", str, nargs="+", action="extend")=None,
                  target:Param("model for --engine local", str)=None,
                  max_new_tokens:Param("most tokens to generate per sample", int)=2048,
                  temperature:Param("0 is greedy", float)=0.0,
