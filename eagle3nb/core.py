@@ -6,14 +6,15 @@
 from __future__ import annotations
 import json, os, sys, time, platform, tempfile, shutil
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Iterator
 
 # %% auto #0
 __all__ = ['InputError', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader', 'read_jsonl', 'atomic_write_text',
-           'write_jsonl_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions', 'stage_dir',
-           'write_manifest', 'read_manifest', 'Tally', 'PromptRecord']
+           'write_jsonl_atomic', 'jsonl_writers_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions',
+           'stage_dir', 'write_manifest', 'read_manifest', 'manifest_config', 'Tally', 'first_diff', 'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
@@ -53,6 +54,7 @@ def repair_torn_tail(path) -> int:
         f.truncate(keep)
     return size - keep
 
+# %% ../nbs/00_core.ipynb #95a0acea
 class JsonlWriter:
     "Append records to a JSONL file, one `write` call per record; repairs a torn tail on open."
     def __init__(self, path, fsync_every:int=0 # fsync after this many records (0: only on close)
@@ -85,6 +87,7 @@ class BadLine:
     reason: str  # `undecodable_text` or `malformed_row`
     detail: str
 
+# %% ../nbs/00_core.ipynb #dfc549f6
 class JsonlReader:
     "Iterate `(lineno, obj)` over a JSONL file; torn tails are reported in `.torn`, never yielded."
     def __init__(self, path, bad:str="raise" # "raise": error on a bad line; "yield": yield a `BadLine`
@@ -118,6 +121,7 @@ class JsonlReader:
                     continue
                 raise InputError(f"{self.path} line {lineno}: {err[1]} ({err[0]}); fix or remove that line")
 
+# %% ../nbs/00_core.ipynb #10a8c273
 def read_jsonl(path) -> list:
     "All records of a JSONL file written by eagle3nb (a torn tail is reported and skipped)."
     return [o for _, o in JsonlReader(path)]
@@ -138,14 +142,30 @@ def atomic_write_text(path, text:str):
         Path(tmp).unlink(missing_ok=True)
         raise
 
+# %% ../nbs/00_core.ipynb #8993c6be
 def write_jsonl_atomic(path, records):
     "Write JSONL file `path` from `records` via a temporary file and a rename (the line format of `JsonlWriter`)."
     atomic_write_text(path, b"".join(_dumps(r) for r in records).decode("utf-8"))
 
+# %% ../nbs/00_core.ipynb #9c1c1840
+@contextmanager
+def jsonl_writers_atomic(paths:dict # {key: final path}
+                        ):
+    "`{key: JsonlWriter}` writing temporary siblings of `paths`, renamed into place when the block ends cleanly."
+    tmp = {k: Path(p).with_name(Path(p).name + ".tmp-write") for k, p in paths.items()}
+    for p in tmp.values(): p.unlink(missing_ok=True)
+    ws = {k: JsonlWriter(p) for k, p in tmp.items()}
+    try: yield ws
+    finally:
+        for w in ws.values(): w.close()
+    for k, p in paths.items(): tmp[k].replace(p)
+
+# %% ../nbs/00_core.ipynb #2ff9ffab
 def write_json(path, obj):
     "Write `obj` as indented JSON, atomically."
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
+# %% ../nbs/00_core.ipynb #fbf6a469
 def read_json(path):
     "Read a JSON file, with an error naming the file."
     try: return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -181,12 +201,14 @@ def versions() -> dict:
         except md.PackageNotFoundError: out[p] = None
     return out
 
+# %% ../nbs/00_core.ipynb #dbf04ca3
 def stage_dir(run, stage:str) -> Path:
     "The folder of `stage` inside run directory `run` (created)."
     d = Path(run)/stage
     d.mkdir(parents=True, exist_ok=True)
     return d
 
+# %% ../nbs/00_core.ipynb #e4ac627c
 def write_manifest(d, stage:str, config:dict, counts:dict, timings:dict|None=None, **extra) -> dict:
     "Write `d/manifest.json` for `stage`, atomically; return it."
     m = {"stage": stage, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -194,9 +216,15 @@ def write_manifest(d, stage:str, config:dict, counts:dict, timings:dict|None=Non
     write_json(Path(d)/"manifest.json", m)
     return m
 
+# %% ../nbs/00_core.ipynb #e0913c0a
 def read_manifest(d) -> dict:
     "Read a stage's `manifest.json`."
     return read_json(Path(d)/"manifest.json")
+
+def manifest_config(d, key:str, default=None):
+    "`config[key]` of the manifest in stage folder `d`; `default` where there is no manifest or no such key."
+    p = Path(d)/"manifest.json"
+    return (read_json(p).get("config") or {}).get(key, default) if p.exists() else default
 
 # %% ../nbs/00_core.ipynb #ec9cea46
 @dataclass
@@ -219,6 +247,12 @@ class Tally:
     def as_dict(self) -> dict:
         return {"read": self.read, "accepted": self.accepted, "rejected": self.n_rejected,
                 "rejected_by_reason": dict(sorted(self.rejected.items()))}
+
+# %% ../nbs/00_core.ipynb #bbe0976e
+def first_diff(a, b) -> int|None:
+    "The first position where `a` and `b` differ (the shorter length if one is a prefix of the other); None if equal."
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return None if i == len(a) == len(b) else i
 
 # %% ../nbs/00_core.ipynb #b971d378
 @dataclass

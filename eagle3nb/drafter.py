@@ -92,6 +92,7 @@ class Rotary(nn.Module):
         self.rope = LlamaRotaryEmbedding(lc)
     def forward(self, x, positions): return self.rope(x, positions)
 
+# %% ../nbs/08_drafter.ipynb #5e340fcd
 def rotate(x, cos, sin):
     "Apply rotary embeddings to `x` `[B, heads, T, d]`."
     cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
@@ -109,6 +110,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(2 * H, c.num_key_value_heads * d, bias=False)
         self.o_proj = nn.Linear(c.num_attention_heads * d, H, bias=False)
 
+# %% ../nbs/08_drafter.ipynb #b73161b8
 class MLP(nn.Module):
     "Llama's gated MLP."
     def __init__(self, c:DrafterConfig):
@@ -170,11 +172,13 @@ def finish(self:Drafter, attn, residual):
     h = m.self_attn.o_proj(attn.transpose(1, 2).reshape(B, T, -1)) + residual
     return m.mlp(m.post_attention_layernorm(h)) + h
 
+# %% ../nbs/08_drafter.ipynb #220c9f93
 @patch
 def logits(self:Drafter, state):
     "Draft-vocabulary logits of a fed state (final `norm`, then `lm_head`)."
     return self.lm_head(self.norm(state))
 
+# %% ../nbs/08_drafter.ipynb #37ee310e
 @patch
 def to_target_ids(self:Drafter, draft_ids):
     "Map draft-vocabulary ids to target ids: `i + d2t[i]`."
@@ -215,12 +219,14 @@ def shift_left(x, n:int, fill=0):
     pad = x.new_full((x.shape[0], n, *x.shape[2:]), fill)
     return torch.cat([x[:, n:], pad], 1)
 
+# %% ../nbs/08_drafter.ipynb #e1b8c4da
 def causal_mask(lengths, T:int):
     "`[B, 1, T, T]` bool: slot i sees slot j ≤ i of its own sample (padding never visible)."
     j = torch.arange(T)
     return (j[None, :] <= j[:, None])[None,
                                       None] & (j[None, None, None, :] < torch.as_tensor(lengths)[:, None, None, None])
 
+# %% ../nbs/08_drafter.ipynb #d1834ba9
 @patch
 def ttt_forward(self:Drafter, input_ids, aux, lengths, steps:int) -> list:
     "Unroll `steps` of training-time test; each step's fed states `[B,T,H]` (slot p of step k predicts `x[p+2+k]`)."
@@ -250,8 +256,11 @@ def target_tensor(model_dir, *names):
                 if n in s.keys(): return s.get_tensor(n)
     raise InputError(f"{d}: none of {list(names)} in its safetensors; is it a Hugging Face causal LM directory?")
 
+# %% ../nbs/08_drafter.ipynb #04141e5c
 def target_embeddings(model_dir): return target_tensor(model_dir, "model.embed_tokens.weight",
                                                        "model.language_model.embed_tokens.weight")
+
+# %% ../nbs/08_drafter.ipynb #f1878dc6
 def target_lm_head(model_dir): return target_tensor(model_dir, "lm_head.weight", "model.embed_tokens.weight",
                                                     "model.language_model.embed_tokens.weight")
 
@@ -290,6 +299,7 @@ def save_drafter(d:Drafter, out_dir, extra:dict|None=None):
                       json.dumps({"eagle3nb_drafter": d.config.to_dict(), **(extra or {})}, indent=1) + "\n")
     return out
 
+# %% ../nbs/08_drafter.ipynb #35f49116
 def load_drafter(path) -> Drafter:
     "Load a drafter written by `save_drafter`."
     from safetensors.torch import load_file

@@ -19,6 +19,7 @@ def sglang_aux_ids(hf_ids:list) -> list:
     "SGLang / SpecForge's `eagle_aux_hidden_state_layer_ids`: outputs of 0-indexed layers, i.e. HF index − 1."
     return [int(i) - 1 for i in hf_ids]
 
+# %% ../nbs/11_export.ipynb #fd0c0d7c
 def hf_aux_ids_from_sglang(ids:list) -> list: return [int(i) + 1 for i in ids]
 
 # %% ../nbs/11_export.ipynb #10927546

@@ -6,23 +6,39 @@
 from __future__ import annotations
 import asyncio, json, time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from tqdm.auto import tqdm
 from .core import InputError, JsonlReader, JsonlWriter, Tally, stage_dir, write_jsonl_atomic, write_manifest
 from .engines import EngineError, Sampling
 
 # %% auto #0
-__all__ = ['work_items', 'summarize', 'generate_async', 'generate']
+__all__ = ['WorkItem', 'work_items', 'summarize', 'generate_async', 'generate']
 
-# %% ../nbs/05_generate.ipynb #0f67dc58
+# %% ../nbs/05_generate.ipynb #790187aa
+@dataclass
+class WorkItem:
+    "One generation to do: its id, the prompt record, which sample of the prompt, and its sampling."
+    id: str
+    prompt: dict              # the prompt record: `id`, `prompt_ids`, ...
+    sample: int
+    sampling: Sampling
+    clamp: dict|None = None   # set when `max_new_tokens` was cut to fit the engine's context
+    @property
+    def prompt_ids(self) -> list: return self.prompt["prompt_ids"]
+    def base(self) -> dict:
+        "The fields every outcome record of this item starts with."
+        return {"id": self.id, "prompt_id": self.prompt["id"], "sample": self.sample}
+
+# %% ../nbs/05_generate.ipynb #b2874cdc
 def work_items(prompts:list, n:int, sampling:Sampling):
-    "Expand prompt records into work items `(id, prompt_record, sample_index, sampling)`; seeds are `seed + sample`."
+    "Expand prompt records into `WorkItem`s, `n` per prompt; seeds are `seed + sample`."
     for rec in prompts:
         for k in range(n):
             s = Sampling(**{**asdict(sampling), "seed": None if sampling.seed is None else sampling.seed + k})
-            yield (rec["id"] if n == 1 else f"{rec['id']}-s{k}"), rec, k, s
+            yield WorkItem(rec["id"] if n == 1 else f"{rec['id']}-s{k}", rec, k, s)
 
+# %% ../nbs/05_generate.ipynb #0030d0c4
 def _ids_in(path) -> set:
     return {o["id"] for _, o in JsonlReader(path)} if Path(path).exists() else set()
 
@@ -42,6 +58,107 @@ def summarize(records:list) -> dict:
             "repaired": sum(1 for r in records if r.get("meta", {}).get("repaired_prompt_prefix")),
             "clamped": sum(1 for r in records if r.get("meta", {}).get("max_new_tokens_clamped"))}
 
+# %% ../nbs/05_generate.ipynb #62fc26d3
+class _Outcomes:
+    "The output files of a generate run, its counters and progress bar; each item's outcome is one line."
+    def __init__(self, ok_w, fail_w, skip_w, bar, t0:float):
+        self.ok_w, self.fail_w, self.skip_w, self.bar, self.t0 = ok_w, fail_w, skip_w, bar, t0
+        self.stats = {"tokens": 0, "new_ok": 0, "new_failed": 0, "new_skipped": 0}
+    def skip(self, it:WorkItem, reason:str, tick:bool=True):
+        self.skip_w.write({**it.base(), "reason": reason})
+        self.stats["new_skipped"] += 1
+        if tick: self.bar.update(1)
+    def finish(self, it:WorkItem, info:dict, result, latency:float):
+        "Write one item's outcome: a `Generation` or an exception."
+        where = {"kind": info["kind"], "url": info.get("url")}
+        if isinstance(result, EngineError):
+            self.fail_w.write({**it.base(), "reason": result.message, "transient": result.transient,
+                               "status": result.status, "engine": where})
+            self.stats["new_failed"] += 1
+        elif isinstance(result, Exception):   # a bug or an unexpected answer: a failure with its reason, never lost
+            self.fail_w.write({**it.base(), "reason": f"{type(result).__name__}: {result}", "transient": False,
+                               "status": None, "engine": where})
+            self.stats["new_failed"] += 1
+        else:
+            if it.clamp: result.meta["max_new_tokens_clamped"] = it.clamp
+            self.ok_w.write({**it.base(), "prompt_ids": it.prompt_ids, "output_ids": result.output_ids,
+                             "finish_reason": result.finish_reason, "sampling": asdict(it.sampling),
+                             "engine": {k: info.get(k) for k in ("kind", "url", "version", "model")},
+                             "usage": result.usage, "timings": {"latency_s": round(latency, 4)}, "meta": result.meta})
+            self.stats["tokens"] += len(result.output_ids)
+            self.stats["new_ok"] += 1
+        self.bar.update(1)
+        el = time.time() - self.t0
+        self.bar.set_postfix(tok_s=f"{self.stats['tokens'] / el:.0f}" if el else "-", failed=self.stats["new_failed"],
+                             refresh=False)
+
+# %% ../nbs/05_generate.ipynb #fc991f6e
+def _fit(it:WorkItem, info:dict, max_prompt_tokens:int|None, ctx:list):
+    "`it` ready for the engine described by `info` (its budget clamped to the context), or why it is skipped."
+    n_ids = len(it.prompt_ids)
+    if max_prompt_tokens and n_ids > max_prompt_tokens:
+        return (f"prompt has {n_ids} tokens > {max_prompt_tokens} (engine context {min(ctx) if ctx else '?'} "
+                "less room for one new token)")
+    ctx_e = info.get("context_length")
+    room = ctx_e - 1 - n_ids if ctx_e else None   # what fits after the prompt (SGLang: prompt + new < context)
+    if room is not None and room < 1:
+        return f"prompt has {n_ids} tokens: no room for a new token in {info['kind']} context {ctx_e}"
+    if room is None or it.sampling.max_new_tokens <= room: return it
+    clamp = {"asked": it.sampling.max_new_tokens, "sent": room, "context_length": ctx_e}
+    return replace(it, sampling=Sampling(**{**asdict(it.sampling), "max_new_tokens": room}), clamp=clamp)
+
+# %% ../nbs/05_generate.ipynb #a6b66b29
+async def _send(engine, batch:list, many:bool) -> list:
+    "One result per `WorkItem` of `batch`, in order: a `Generation` or an exception."
+    if not many:
+        it = batch[0]
+        try: return [await engine.generate(it.prompt_ids, it.sampling, it.id)]
+        except Exception as e: return [e]
+    try:
+        return await engine.generate_many([it.prompt_ids for it in batch], [it.sampling for it in batch],
+                                          [it.id for it in batch])
+    except EngineError as e:
+        if e.transient or len(batch) == 1: return [e] * len(batch)
+        results = []   # a 400 for the whole batch: send its prompts one by one so only the bad one fails
+        for it in batch:
+            try: results.append(await engine.generate(it.prompt_ids, it.sampling, it.id))
+            except Exception as e1: results.append(e1)
+        return results
+    except Exception as e: return [e] * len(batch)
+
+# %% ../nbs/05_generate.ipynb #22a296a0
+async def _worker(engine, info:dict, queue, outcomes:_Outcomes, batch_size:int, max_prompt_tokens, ctx:list):
+    "Take items off `queue` for one engine until it is empty; every item taken ends in `outcomes`."
+    many = batch_size > 1 and hasattr(engine, "generate_many")
+    while True:
+        batch = []
+        while len(batch) < (batch_size if many else 1):
+            try: it = queue.get_nowait()
+            except asyncio.QueueEmpty: break
+            fit = _fit(it, info, max_prompt_tokens, ctx)
+            if isinstance(fit, str): outcomes.skip(it, fit)
+            else: batch.append(fit)
+        if not batch: return
+        t1 = time.time()
+        for it, r in zip(batch, await _send(engine, batch, many)): outcomes.finish(it, info, r, time.time() - t1)
+
+# %% ../nbs/05_generate.ipynb #160003bf
+def _pending(prompts:list, n:int, sampling:Sampling, done:set) -> tuple:
+    "`(items to run, duplicate items to skip, this run's item ids)`; `done`: ids with an outcome on file."
+    items, dups, seen, n_dup, item_ids = [], [], set(), Counter(), set()
+    for it in work_items(prompts, n, sampling):
+        if it.id in seen:
+            n_dup[it.id] += 1
+            dup = replace(it, id=f"{it.id}#dup{n_dup[it.id]}")
+            item_ids.add(dup.id)
+            if dup.id not in done: dups.append(dup)
+            continue
+        item_ids.add(it.id)
+        seen.add(it.id)
+        if it.id not in done: items.append(it)
+    return items, dups, item_ids
+
+# %% ../nbs/05_generate.ipynb #8f96252e
 async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`, writes `generate/`)
                          engines:list, # started or unstarted engines (`SGLangEngine`, `VLLMEngine`, `LocalEngine`)
                          sampling:Sampling, # sampling for every item (the seed, if any, is offset per sample)
@@ -72,111 +189,19 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     if retry_failed and failed:
         _rewrite_without(fail_p, failed)
         failed = set()
-    # item_ids: this run's item set, duplicates included
-    items, seen, dups, n_dup, item_ids = [], set(), [], Counter(), set()
-    for it in work_items(prompts, n, sampling):
-        if it[0] in seen:   # a repeated prompt id: its k-th repeat is skipped as `<id>#dup<k>`, once across reruns
-            n_dup[it[0]] += 1
-            dup_id = f"{it[0]}#dup{n_dup[it[0]]}"
-            item_ids.add(dup_id)
-            if dup_id not in skipped: dups.append((dup_id, it))
-            continue
-        item_ids.add(it[0])
-        seen.add(it[0])
-        if it[0] not in done | failed | skipped: items.append(it)
+    items, dups, item_ids = _pending(prompts, n, sampling, done | failed | skipped)
     queue = asyncio.Queue()
     for it in items: queue.put_nowait(it)
     bar = tqdm(total=len(items), desc="generate", unit="req", disable=not progress)
-    stats = {"tokens": 0, "new_ok": 0, "new_failed": 0, "new_skipped": 0}
     with JsonlWriter(ok_p) as ok_w, JsonlWriter(fail_p) as fail_w, JsonlWriter(skip_p) as skip_w:
-        for dup_id, it in dups:
-            skip_w.write({"id": dup_id, "prompt_id": it[1]["id"], "sample": it[2],
-                          "reason": "duplicate prompt id in the input"})
-            stats["new_skipped"] += 1
-        def finish(it, engine_info, result, latency, clamp=None):
-            "Write one item's outcome: a `Generation` or an exception."
-            gid, rec, k, s = it
-            base = {"id": gid, "prompt_id": rec["id"], "sample": k}
-            where = {"kind": engine_info["kind"], "url": engine_info.get("url")}
-            if isinstance(result, EngineError):
-                fail_w.write({**base, "reason": result.message, "transient": result.transient, "status": result.status,
-                              "engine": where})
-                stats["new_failed"] += 1
-            elif isinstance(result, Exception):   # a bug or an unexpected answer: a failure with its reason, never lost
-                fail_w.write({**base, "reason": f"{type(result).__name__}: {result}", "transient": False,
-                              "status": None, "engine": where})
-                stats["new_failed"] += 1
-            else:
-                if clamp: result.meta["max_new_tokens_clamped"] = clamp
-                ok_w.write({**base, "prompt_ids": rec["prompt_ids"], "output_ids": result.output_ids,
-                            "finish_reason": result.finish_reason,
-                            "sampling": asdict(s),
-                            "engine": {k2: engine_info.get(k2) for k2 in ("kind", "url", "version", "model")},
-                            "usage": result.usage, "timings": {"latency_s": round(latency, 4)}, "meta": result.meta})
-                stats["tokens"] += len(result.output_ids)
-                stats["new_ok"] += 1
-            bar.update(1)
-            el = time.time() - t0
-            bar.set_postfix(tok_s=f"{stats['tokens'] / el:.0f}" if el else "-", failed=stats["new_failed"],
-                            refresh=False)
-
-        def skip(it, reason):
-            skip_w.write({"id": it[0], "prompt_id": it[1]["id"], "sample": it[2], "reason": reason})
-            stats["new_skipped"] += 1
-            bar.update(1)
-
-        async def worker(engine, info):
-            many = batch_size > 1 and hasattr(engine, "generate_many")
-            ctx_e = info.get("context_length")
-            while True:
-                batch, clamps = [], []
-                while len(batch) < (batch_size if many else 1):
-                    try: it = queue.get_nowait()
-                    except asyncio.QueueEmpty: break
-                    n_ids = len(it[1]["prompt_ids"])
-                    if max_prompt_tokens and n_ids > max_prompt_tokens:
-                        skip(it,
-                             f"prompt has {n_ids} tokens > {max_prompt_tokens} (engine context "
-                             f"{min(ctx) if ctx else '?'} "
-                                 "less room for one new token)")
-                        continue
-                    # what fits after the prompt (SGLang: prompt + new < context)
-                    room = ctx_e - 1 - n_ids if ctx_e else None
-                    if room is not None and room < 1:
-                        skip(it,
-                             f"prompt has {n_ids} tokens: no room for a new token in {info['kind']} context {ctx_e}")
-                        continue
-                    clamp = None
-                    # clamp this prompt's budget to what fits, and record it
-                    if room is not None and it[3].max_new_tokens > room:
-                        clamp = {"asked": it[3].max_new_tokens, "sent": room, "context_length": ctx_e}
-                        it = (*it[:3], Sampling(**{**asdict(it[3]), "max_new_tokens": room}))
-                    batch.append(it)
-                    clamps.append(clamp)
-                if not batch: return
-                t1 = time.time()
-                if many:   # one request carrying a list of input_ids (SGLang); answers in input order
-                    try:
-                        results = await engine.generate_many([it[1]["prompt_ids"] for it in batch],
-                                                             [it[3] for it in batch], [it[0] for it in batch])
-                    except EngineError as e:
-                        if e.transient or len(batch) == 1: results = [e] * len(batch)
-                        else:   # a 400 for the whole batch: send its prompts one by one so only the bad one fails
-                            results = []
-                            for gid, rec, k, sm in batch:
-                                try: results.append(await engine.generate(rec["prompt_ids"], sm, gid))
-                                except Exception as e1: results.append(e1)
-                    except Exception as e: results = [e] * len(batch)
-                else:
-                    try: results = [await engine.generate(batch[0][1]["prompt_ids"], batch[0][3], batch[0][0])]
-                    except Exception as e: results = [e]
-                for it, r, c in zip(batch, results, clamps): finish(it, info, r, time.time() - t1, c)
-        await asyncio.gather(*[worker(e, i) for e, i in zip(engines, infos) for _ in range(concurrency)])
+        outcomes = _Outcomes(ok_w, fail_w, skip_w, bar, t0)
+        for d in dups: outcomes.skip(d, "duplicate prompt id in the input", tick=False)
+        await asyncio.gather(*[_worker(e, i, queue, outcomes, batch_size, max_prompt_tokens, ctx)
+                               for e, i in zip(engines, infos) for _ in range(concurrency)])
     bar.close()
-    dt = time.time() - t0
+    dt, stats = time.time() - t0, outcomes.stats
     all_ok = [o for _, o in JsonlReader(ok_p)]
-    # counted against this run's items (another --limit or --prompts)
-    ok_recs = [o for o in all_ok if o["id"] in item_ids]
+    ok_recs = [o for o in all_ok if o["id"] in item_ids]   # counted against this run's items (--limit, --prompts)
     fail_ids, skip_ids = _ids_in(fail_p), _ids_in(skip_p)
     n_ok, n_fail, n_skip = len(ok_recs), len(fail_ids & item_ids), len(skip_ids & item_ids)
     n_items = len(prompts) * n
@@ -187,12 +212,12 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     Tally(read=n_items, accepted=n_ok, rejected=Counter(failed=n_fail, skipped=n_skip)).check(out)
     return write_manifest(out, "generate",
         config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n, "concurrency": concurrency,
-                "batch_size": batch_size, "limit": limit,
-                "engines": infos, "max_prompt_tokens": max_prompt_tokens},
+                "batch_size": batch_size, "limit": limit, "engines": infos, "max_prompt_tokens": max_prompt_tokens},
         counts=counts,
         timings={"seconds": round(dt, 3), "new_tokens_per_s": round(stats["tokens"] / dt, 1) if dt else None},
         summary=summarize(ok_recs))
 
+# %% ../nbs/05_generate.ipynb #28f4164f
 def generate(run, engines, sampling, **kw) -> dict:
     "Blocking `generate_async` (scripts and the CLI); in a notebook, `await generate_async(...)`."
     return asyncio.run(generate_async(run, engines, sampling, **kw))

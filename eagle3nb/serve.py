@@ -5,166 +5,190 @@
 # %% ../nbs/04_serve.ipynb #b005eb56
 from __future__ import annotations
 import asyncio, json, threading, time, uuid
+from contextlib import asynccontextmanager
 from .core import InputError
 from .engines import LocalEngine, Sampling, PermanentError, EngineError
 
 # %% auto #0
 __all__ = ['create_app', 'ServerThread', 'serve']
 
-# %% ../nbs/04_serve.ipynb #359292a3
-def _sglang_error(msg:str, status:int=400):
+# %% ../nbs/04_serve.ipynb #8f128306
+def _json(obj, status:int=200):
     from starlette.responses import JSONResponse
-    return JSONResponse({"error": {"message": msg}}, status_code=status)
+    return JSONResponse(obj, status_code=status)
+
+def _sglang_error(msg:str, status:int=400): return _json({"error": {"message": msg}}, status)
 
 def _vllm_error(msg:str, status:int=400):
-    from starlette.responses import JSONResponse
     kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
-    return JSONResponse({"error": {"message": msg, "type": kind, "param": None, "code": status}}, status_code=status)
+    return _json({"error": {"message": msg, "type": kind, "param": None, "code": status}}, status)
 
 def _is_ids(x) -> bool:
     return isinstance(x, list) and len(x) > 0 and all(isinstance(i, int) and not isinstance(i, bool) for i in x)
 
+def _decode(engine, ids) -> str: return engine.target.tokenizer.decode(ids, skip_special_tokens=False)
+
 def _meta(rid, g, t0) -> dict:
     return {"id": rid, "finish_reason": g.finish_reason, "prompt_tokens": g.usage["prompt_tokens"],
             "completion_tokens": len(g.output_ids), "cached_tokens": 0, "e2e_latency": round(time.time() - t0, 4)}
+
+# %% ../nbs/04_serve.ipynb #0364eaa6
+async def _health(request):
+    from starlette.responses import Response
+    return Response(status_code=200)
+
+async def _health_generate(request):
+    from starlette.responses import Response
+    engine = request.app.state.engine
+    try: await engine.generate([engine.eos_ids[0] if engine.eos_ids else 0], Sampling(max_new_tokens=1))
+    except Exception as e: return Response(f"unhealthy: {e}", status_code=503)
+    return Response(status_code=200)
+
+async def _model_info(request):
+    p = str(request.app.state.engine.target.path)
+    return _json({"model_path": p, "tokenizer_path": p, "is_generation": True, "preferred_sampling_params": None})
+
+async def _server_info(request):
+    st = request.app.state
+    e = st.engine
+    return _json({"version": st.version, "model_path": str(e.target.path), "context_length": e.context_length,
+                  "skip_tokenizer_init": False, "dp_size": 1, "max_running_requests": e.max_batch,
+                  "engine": "eagle3nb local (transformers)", "stats": e.stats})
+
+async def _models(request):
+    st = request.app.state
+    return _json({"object": "list", "data": [{"id": st.name, "object": "model", "owned_by": "eagle3nb",
+                                              "max_model_len": st.engine.context_length}]})
+
+async def _version(request): return _json({"version": request.app.state.version})
+
+# %% ../nbs/04_serve.ipynb #b173ba2c
+async def _sglang_stream(engine, prompt, s, rid, t0, every:int=8):
+    "Cumulative server-sent events (SGLang's default); errors arrive in-band."
+    try: g = await engine.generate(prompt, s, rid)
+    except Exception as e:
+        yield f"data: {json.dumps({'error': {'message': str(e)}})}\n\n"
+        return
+    ids = g.output_ids
+    for k in range(every, len(ids), every):
+        part = {"text": _decode(engine, ids[:k]), "output_ids": ids[:k],
+                "meta_info": {**_meta(rid, g, t0), "finish_reason": None, "completion_tokens": k}}
+        yield f"data: {json.dumps(part)}\n\n"
+    last = {"text": _decode(engine, ids), "output_ids": ids, "meta_info": _meta(rid, g, t0)}
+    yield f"data: {json.dumps(last)}\n\n"
+    yield "data: [DONE]\n\n"
+
+# %% ../nbs/04_serve.ipynb #09b73b0b
+def _sglang_requests(body:dict) -> tuple:
+    "`(prompts, sampling dicts, rids, batch)` of a `/generate` body; raises `InputError` naming what is wrong."
+    given = [k for k in ("text", "input_ids", "input_embeds") if body.get(k) is not None]
+    if len(given) != 1: raise InputError(f"send exactly one of text, input_ids, input_embeds (got {given or 'none'})")
+    if given[0] != "input_ids": raise InputError(f"eagle3nb serve is token-direct: send input_ids, not {given[0]}")
+    ids = body["input_ids"]
+    batch = isinstance(ids, list) and len(ids) > 0 and isinstance(ids[0], list)
+    prompts = ids if batch else [ids]
+    if not all(_is_ids(p) for p in prompts):
+        raise InputError("input_ids must be a non-empty list of ints or a list of such lists")
+    sp = body.get("sampling_params") or {}
+    sps = sp if isinstance(sp, list) else [sp] * len(prompts)
+    if len(sps) != len(prompts): raise InputError(f"{len(sps)} sampling_params for {len(prompts)} prompts")
+    rid = body.get("rid")
+    rids = (rid if isinstance(rid, list) else [rid] if rid is not None else [None] * len(prompts))
+    rids = [r if r is not None else uuid.uuid4().hex for r in rids]
+    if len(rids) != len(prompts): raise InputError(f"{len(rids)} rids for {len(prompts)} prompts")
+    if len(set(rids)) != len(rids): raise InputError("Duplicate request ID in rid")
+    return prompts, sps, rids, batch
+
+# %% ../nbs/04_serve.ipynb #00def53d
+async def _sglang_generate(request):
+    t0, engine = time.time(), request.app.state.engine
+    try: body = await request.json()
+    except Exception: return _sglang_error("the request body is not valid JSON")
+    if not isinstance(body, dict): return _sglang_error("the request body must be a JSON object")
+    try:
+        prompts, sps, rids, batch = _sglang_requests(body)
+        samplings = [Sampling.from_sglang(s) for s in sps]
+        if any((s or {}).get("n", 1) != 1 for s in sps):
+            raise InputError("n > 1 is not supported by eagle3nb serve; send n requests")
+        for p, s in zip(prompts, samplings): engine.check_prompt(p, s)
+    except (InputError, PermanentError, ValueError, TypeError) as e: return _sglang_error(str(e))
+    if body.get("stream"):
+        from starlette.responses import StreamingResponse
+        if batch: return _sglang_error("stream with a batch of input_ids is not supported by eagle3nb serve")
+        return StreamingResponse(_sglang_stream(engine, prompts[0], samplings[0], rids[0], t0),
+                                 media_type="text/event-stream")
+    try: gens = await asyncio.gather(*[engine.generate(p, s, r) for p, s, r in zip(prompts, samplings, rids)])
+    except EngineError as e: return _sglang_error(e.message, e.status or 500)
+    out = [{"text": _decode(engine, g.output_ids), "output_ids": g.output_ids, "meta_info": _meta(r, g, t0)}
+           for g, r in zip(gens, rids)]
+    return _json(out if batch else out[0])
+
+# %% ../nbs/04_serve.ipynb #f20ca335
+def _vllm_choice(engine, i:int, prompt:list, s:Sampling, g, want_ids:bool) -> dict:
+    "One `choices` entry of a completion."
+    fr = g.finish_reason
+    m = fr.get("matched")
+    c = {"index": i, "text": _decode(engine, g.output_ids), "logprobs": None, "finish_reason": fr["type"],
+         "stop_reason": m if fr["type"] == "stop" and m in s.stop_token_ids and m not in engine.eos_ids else None}
+    if want_ids: c.update(token_ids=g.output_ids, prompt_token_ids=prompt)
+    return c
+
+# %% ../nbs/04_serve.ipynb #4b856e12
+async def _vllm_completions(request):
+    t0, st = time.time(), request.app.state
+    engine = st.engine
+    try: body = await request.json()
+    except Exception: return _vllm_error("the request body is not valid JSON")
+    if not isinstance(body, dict): return _vllm_error("the request body must be a JSON object")
+    if body.get("model") not in (None, st.name):
+        return _vllm_error(f"The model `{body.get('model')}` does not exist.", 404)
+    p = body.get("prompt")
+    prompts = p if (isinstance(p, list) and p and isinstance(p[0], list)) else [p]
+    if not all(_is_ids(x) for x in prompts):
+        return _vllm_error("eagle3nb serve is token-direct: prompt must be token ids (a list of ints, or a list of "
+                           "such lists)")
+    n = int(body.get("n") or 1)
+    try:
+        base = Sampling.from_vllm(body)
+        if n < 1: raise InputError(f"n={n}: must be at least 1")
+        for x in prompts: engine.check_prompt(x, base)
+    except (InputError, PermanentError, ValueError, TypeError) as e: return _vllm_error(str(e))
+    jobs = [(x, Sampling(**{**base.__dict__, "seed": None if base.seed is None else base.seed + k}))
+            for x in prompts for k in range(n)]
+    try: gens = await asyncio.gather(*[engine.generate(x, s) for x, s in jobs])
+    except EngineError as e: return _vllm_error(e.message, e.status or 500)
+    want_ids = bool(body.get("return_token_ids"))
+    choices = [_vllm_choice(engine, i, x, s, g, want_ids) for i, ((x, s), g) in enumerate(zip(jobs, gens))]
+    pt, ct = sum(len(x) for x in prompts), sum(len(g.output_ids) for g in gens)
+    return _json({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(t0), "model": st.name,
+                  "choices": choices, "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}})
+
+# %% ../nbs/04_serve.ipynb #359292a3
+async def _on_error(request, exc):
+    return _json({"object": "error", "message": f"{type(exc).__name__}: {exc}", "type": "InternalServerError",
+                  "code": 500}, 500)
+
+@asynccontextmanager
+async def _lifespan(app):
+    yield
+    await app.state.engine.aclose()
 
 def create_app(engine:LocalEngine, # the engine that answers
                served_model_name:str|None=None, # the model name vLLM clients send (default: the model directory)
               ):
     "A Starlette app speaking SGLang's and vLLM's wire formats over `engine`."
     from starlette.applications import Starlette
-    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
     from eagle3nb import __version__
-    tok = engine.target.tokenizer
-    name = served_model_name or str(engine.target.path)
-    version = f"eagle3nb-serve {__version__}"
-    decode = lambda ids: tok.decode(ids, skip_special_tokens=False)
-
-    async def health(request): return Response(status_code=200)
-    async def health_generate(request):
-        try: await engine.generate([engine.eos_ids[0] if engine.eos_ids else 0], Sampling(max_new_tokens=1))
-        except Exception as e: return Response(f"unhealthy: {e}", status_code=503)
-        return Response(status_code=200)
-    async def model_info(request):
-        return JSONResponse({"model_path": str(engine.target.path), "tokenizer_path": str(engine.target.path),
-                             "is_generation": True, "preferred_sampling_params": None})
-    async def server_info(request):
-        return JSONResponse({"version": version, "model_path": str(engine.target.path),
-                             "context_length": engine.context_length,
-                             "skip_tokenizer_init": False, "dp_size": 1, "max_running_requests": engine.max_batch,
-                             "engine": "eagle3nb local (transformers)", "stats": engine.stats})
-
-    async def generate(request):
-        t0 = time.time()
-        try: body = await request.json()
-        except Exception: return _sglang_error("the request body is not valid JSON")
-        if not isinstance(body, dict): return _sglang_error("the request body must be a JSON object")
-        given = [k for k in ("text", "input_ids", "input_embeds") if body.get(k) is not None]
-        if len(given) != 1:
-            return _sglang_error(f"send exactly one of text, input_ids, input_embeds (got {given or 'none'})")
-        if given[0] != "input_ids":
-            return _sglang_error(f"eagle3nb serve is token-direct: send input_ids, not {given[0]}")
-        ids = body["input_ids"]
-        batch = isinstance(ids, list) and len(ids) > 0 and isinstance(ids[0], list)
-        prompts = ids if batch else [ids]
-        if not all(_is_ids(p) for p in prompts):
-            return _sglang_error("input_ids must be a non-empty list of ints or a list of such lists")
-        sp = body.get("sampling_params") or {}
-        sps = sp if isinstance(sp, list) else [sp] * len(prompts)
-        if len(sps) != len(prompts): return _sglang_error(f"{len(sps)} sampling_params for {len(prompts)} prompts")
-        rid = body.get("rid")
-        rids = (rid if isinstance(rid, list) else [rid] if rid is not None else [None] * len(prompts))
-        rids = [r if r is not None else uuid.uuid4().hex for r in rids]
-        if len(rids) != len(prompts): return _sglang_error(f"{len(rids)} rids for {len(prompts)} prompts")
-        if len(set(rids)) != len(rids): return _sglang_error("Duplicate request ID in rid")
-        try:
-            samplings = [Sampling.from_sglang(s) for s in sps]
-            if any((s or {}).get("n", 1) != 1 for s in sps):
-                raise InputError("n > 1 is not supported by eagle3nb serve; send n requests")
-            for p, s in zip(prompts, samplings): engine.check_prompt(p, s)
-        except (InputError, PermanentError, ValueError, TypeError) as e: return _sglang_error(str(e))
-        if body.get("stream"):
-            if batch: return _sglang_error("stream with a batch of input_ids is not supported by eagle3nb serve")
-            return StreamingResponse(_stream(prompts[0], samplings[0], rids[0], t0), media_type="text/event-stream")
-        try: gens = await asyncio.gather(*[engine.generate(p, s, r) for p, s, r in zip(prompts, samplings, rids)])
-        except EngineError as e: return _sglang_error(e.message, e.status or 500)
-        out = [{"text": decode(g.output_ids), "output_ids": g.output_ids, "meta_info": _meta(r, g, t0)}
-               for g, r in zip(gens, rids)]
-        return JSONResponse(out if batch else out[0])
-
-    async def _stream(prompt, s, rid, t0, every:int=8):
-        "Cumulative server-sent events (SGLang's default); errors arrive in-band."
-        try: g = await engine.generate(prompt, s, rid)
-        except Exception as e:
-            yield f"data: {json.dumps({'error': {'message': str(e)}})}\n\n"
-            return
-        ids = g.output_ids
-        for k in range(every, len(ids), every):
-            part = {"text": decode(ids[:k]), "output_ids": ids[:k],
-                    "meta_info": {**_meta(rid, g, t0), "finish_reason": None, "completion_tokens": k}}
-            yield f"data: {json.dumps(part)}\n\n"
-        yield f"data: {json.dumps({'text': decode(ids), 'output_ids': ids, 'meta_info': _meta(rid, g, t0)})}\n\n"
-        yield "data: [DONE]\n\n"
-
-    async def completions(request):
-        t0 = time.time()
-        try: body = await request.json()
-        except Exception: return _vllm_error("the request body is not valid JSON")
-        if not isinstance(body, dict): return _vllm_error("the request body must be a JSON object")
-        if body.get("model") not in (None, name):
-            return _vllm_error(f"The model `{body.get('model')}` does not exist.", 404)
-        p = body.get("prompt")
-        prompts = p if (isinstance(p, list) and p and isinstance(p[0], list)) else [p]
-        if not all(_is_ids(x) for x in prompts):
-            return _vllm_error("eagle3nb serve is token-direct: prompt must be token ids (a list of ints, or a list of "
-                               "such lists)")
-        n = int(body.get("n") or 1)
-        try:
-            base = Sampling.from_vllm(body)
-            if n < 1: raise InputError(f"n={n}: must be at least 1")
-            for x in prompts: engine.check_prompt(x, base)
-        except (InputError, PermanentError, ValueError, TypeError) as e: return _vllm_error(str(e))
-        jobs = []
-        for x in prompts:
-            for k in range(n):
-                s = Sampling(**{**base.__dict__, "seed": None if base.seed is None else base.seed + k})
-                jobs.append((x, s))
-        try: gens = await asyncio.gather(*[engine.generate(x, s) for x, s in jobs])
-        except EngineError as e: return _vllm_error(e.message, e.status or 500)
-        want_ids = bool(body.get("return_token_ids"))
-        choices = []
-        for i, ((x, s), g) in enumerate(zip(jobs, gens)):
-            fr = g.finish_reason
-            m, stop_ids = fr.get("matched"), s.stop_token_ids
-            c = {"index": i, "text": decode(g.output_ids), "logprobs": None, "finish_reason": fr["type"],
-                 "stop_reason": m if fr["type"] == "stop" and m in stop_ids and m not in engine.eos_ids else None}
-            if want_ids: c.update(token_ids=g.output_ids, prompt_token_ids=x)
-            choices.append(c)
-        pt, ct = sum(len(x) for x in prompts), sum(len(g.output_ids) for g in gens)
-        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(t0),
-                             "model": name, "choices": choices,
-                             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}})
-
-    async def models(request):
-        return JSONResponse({"object": "list", "data": [{"id": name, "object": "model", "owned_by": "eagle3nb",
-                                                         "max_model_len": engine.context_length}]})
-    async def version_ep(request): return JSONResponse({"version": version})
-
-    routes = [Route("/health", health), Route("/health_generate", health_generate),
-              Route("/get_model_info", model_info), Route("/model_info", model_info),
-              Route("/get_server_info", server_info),
-              Route("/generate", generate, methods=["POST"]), Route("/v1/completions", completions, methods=["POST"]),
-              Route("/v1/models", models), Route("/version", version_ep)]
-    async def on_error(request, exc):
-        return JSONResponse({"object": "error", "message": f"{type(exc).__name__}: {exc}",
-                             "type": "InternalServerError", "code": 500}, status_code=500)
-    from contextlib import asynccontextmanager
-    @asynccontextmanager
-    async def lifespan(app):
-        yield
-        await engine.aclose()
-    return Starlette(routes=routes, exception_handlers={Exception: on_error}, lifespan=lifespan)
+    routes = [Route("/health", _health), Route("/health_generate", _health_generate),
+              Route("/get_model_info", _model_info), Route("/model_info", _model_info),
+              Route("/get_server_info", _server_info), Route("/generate", _sglang_generate, methods=["POST"]),
+              Route("/v1/completions", _vllm_completions, methods=["POST"]), Route("/v1/models", _models),
+              Route("/version", _version)]
+    app = Starlette(routes=routes, exception_handlers={Exception: _on_error}, lifespan=_lifespan)
+    app.state.engine, app.state.version = engine, f"eagle3nb-serve {__version__}"
+    app.state.name = served_model_name or str(engine.target.path)
+    return app
 
 # %% ../nbs/04_serve.ipynb #49131af1
 class ServerThread:
@@ -189,6 +213,7 @@ class ServerThread:
     def __enter__(self): return self.start()
     def __exit__(self, *a): self.stop()
 
+# %% ../nbs/04_serve.ipynb #56b0a7ed
 def serve(target, host:str="127.0.0.1", port:int=30000, max_batch:int=16, dtype:str="float32",
           served_model_name:str|None=None, url_file:str|None=None):
     "Serve `target` in the foreground until interrupted; with `url_file`, write the URL there once listening."

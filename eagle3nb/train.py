@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 import torch
-from .core import (InputError, JsonlReader, atomic_write_text, read_json, stage_dir, write_jsonl_atomic,
-                           write_manifest)
+from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, read_json, read_manifest,
+                           stage_dir, write_jsonl_atomic, write_manifest)
 from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_left, target_lm_head
 
 # %% auto #0
@@ -49,6 +49,7 @@ class DraftVocab:
         m[torch.tensor(self.ids)] = True
         return m
 
+# %% ../nbs/09_train.ipynb #8729e587
 def draft_vocab(counts:Counter, n:int, vocab_size:int) -> DraftVocab:
     "Top-`n` ids by count (ties to the lower id), padded with the lowest unused ids, sorted."
     if not 0 < n <= vocab_size:
@@ -69,6 +70,7 @@ def run_of_ones(mask):
     next_zero = zero_at.flip(1).cummin(1).values.flip(1)               # first zero at or after t
     return next_zero - t
 
+# %% ../nbs/09_train.ipynb #dc4c19e6
 def chain_slots(loss_mask, k:int):
     "Slots `p` of step `k` whose chain `x[p+1 … p+2+k]` is all generated labels (`[B, T]` bool)."
     return shift_left(run_of_ones(loss_mask), 1) >= k + 2
@@ -88,6 +90,7 @@ class Batch:
         return Batch(self.ids, *(t.to(device) for t in (self.input_ids, self.aux, self.final, self.loss_mask)),
                      self.lengths)
 
+# %% ../nbs/09_train.ipynb #a1063736
 def pad_batch(ids:list, samples:list) -> Batch:
     "Stack `samples` (dicts of `input_ids`, `aux`, `final`, `loss_mask` per record) into a `Batch`."
     B, T = len(samples), max(len(s["input_ids"]) for s in samples)
@@ -115,6 +118,7 @@ def length_batches(items:list, # (id, length) pairs
     random.Random(seed * 100003 + epoch).shuffle(out)
     return out
 
+# %% ../nbs/09_train.ipynb #66354b19
 def heldout_split(ids:list, frac:float, seed:int) -> tuple:
     "`(train, heldout)` ids, split by record with a hash of (seed, id): stable as records are added."
     h = lambda i: int(hashlib.sha256(f"{seed}:{i}".encode()).hexdigest()[:12], 16) / 16**12
@@ -194,6 +198,7 @@ class StepPlan:
     teacher_arg: object
     supervised: object
 
+# %% ../nbs/09_train.ipynb #41663e74
 def plan_steps(batch:Batch, teacher:Teacher, steps:int) -> list:
     "One `StepPlan` per TTT step; the teacher runs once per position whose next token is a label."
     rows = shift_left(batch.loss_mask, 1).bool()         # positions t with loss_mask[t+1] = 1
@@ -241,6 +246,7 @@ def summarize_stats(stats:list) -> dict:
     return {"loss_k": r(loss), "acc_k": r(acc), "full_acc_k": r(full), "cond_acc_k": r(cond),
             "tau_sim": round(1 + sum(full), 5), "supervised": [g(k, "supervised") for k in range(K)]}
 
+# %% ../nbs/09_train.ipynb #52886190
 def add_stats(a:list|None, b:list) -> list:
     "Add per-step sums."
     return b if a is None else [{n: x[n] + y[n] for n in x} for x, y in zip(a, b)]
@@ -355,6 +361,7 @@ def save_checkpoint(path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVo
                 "vocab": asdict(vocab)}, tmp)
     os.replace(tmp, path)
 
+# %% ../nbs/09_train.ipynb #79763a2c
 def latest_checkpoint(ckpt_dir) -> Path|None:
     "The newest complete checkpoint in `ckpt_dir`, or None."
     ps = sorted(Path(ckpt_dir).glob("step-*.pt")) if Path(ckpt_dir).exists() else []
@@ -387,8 +394,7 @@ def _check_source(source, aux_layers, target):
 # %% ../nbs/09_train.ipynb #36d4fdba
 def _data_note(run:Path) -> dict:
     "What the training data is (for plot titles and the manifest): the target, data temperature, records."
-    g = run/"generate"/"manifest.json"
-    temp = read_json(g)["config"].get("sampling", {}).get("temperature") if g.exists() else None
+    temp = (manifest_config(run/"generate", "sampling") or {}).get("temperature")
     return {"data": run.name, "temperature": temp}
 
 def _source(run:Path, cfg:TrainConfig, target, aux_layers, records):
@@ -399,8 +405,41 @@ def _source(run:Path, cfg:TrainConfig, target, aux_layers, records):
     if target is None:
         vm = run/"validate"/"manifest.json"
         if not vm.exists(): raise InputError(f"{vm} is missing: online training needs --target (or a validated run)")
-        target = read_json(vm)["config"]["target"]
+        target = read_manifest(run/"validate")["config"]["target"]
     return OnlineSource(records or run/"validate"/"records.jsonl", target, aux_layers)
+
+# %% ../nbs/09_train.ipynb #e981c5f3
+def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
+    "`(vocab, drafter, optimizer, step)` from the latest checkpoint in `ckdir`, else fresh."
+    tgt_cfg = json.loads((Path(src.target)/"config.json").read_text())
+    V = int(tgt_cfg.get("text_config", tgt_cfg)["vocab_size"])
+    ck = latest_checkpoint(ckdir)
+    if ck is not None:
+        state = torch.load(ck, weights_only=False, map_location="cpu")
+        _check_resume(state["config"], cfg, ck)
+        vocab = DraftVocab(**state["vocab"])
+    else: vocab, state = draft_vocab(src.counts(set(tr_ids)), cfg.draft_vocab_size or min(32000, V), V), None
+    drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
+                          cfg.seed).to(device)
+    opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
+    if state is None: return vocab, drafter, opt, 0
+    drafter.load_state_dict(state["model"], strict=False)
+    opt.load_state_dict(state["optimizer"])
+    return vocab, drafter, opt, state["step"]
+
+# %% ../nbs/09_train.ipynb #333fd5fc
+def _finish(out:Path, drafter, vocab, cfg:TrainConfig, note:dict, config:dict, counts:dict, t0:float) -> dict:
+    "Save the drafter, plot the metrics, write the manifest; return it."
+    save_drafter(drafter.cpu(), out/"drafter", {"eagle3nb_train": {**asdict(cfg), **note}})
+    rows = [r for _, r in JsonlReader(out/"metrics.jsonl")]
+    plots = plot_training(rows, note, out/"plots")
+    final = {s: next((r for r in reversed(rows) if r["split"] == s), None) for s in ("train", "heldout")}
+    return write_manifest(out, "train", config=config, counts=counts, timings={"seconds": round(time.time() - t0, 3)},
+                          draft_vocab={"size": len(vocab.ids), "coverage": vocab.coverage,
+                                       "supervised_tokens": vocab.supervised_tokens,
+                                       "distinct_ids": vocab.distinct_ids},
+                          final=final, plots=[str(p) for p in plots], drafter=str(out/"drafter"), data=note)
 
 # %% ../nbs/09_train.ipynb #1aaed883
 def train(run, # run directory: reads capture/ (or validate/ when online), writes train/
@@ -423,23 +462,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     items = dict(src.items())
     tr_ids, ho_ids = heldout_split(sorted(items), cfg.heldout, cfg.seed)
     if not tr_ids: raise InputError(f"{run}: no training records (captured {len(items)})")
-    tgt_cfg = json.loads((Path(src.target)/"config.json").read_text())
-    V = int(tgt_cfg.get("text_config", tgt_cfg)["vocab_size"])
-    ck = latest_checkpoint(ckdir)
-    if ck is not None:
-        state = torch.load(ck, weights_only=False, map_location="cpu")
-        _check_resume(state["config"], cfg, ck)
-        vocab = DraftVocab(**state["vocab"])
-    else: vocab, state = draft_vocab(src.counts(set(tr_ids)), cfg.draft_vocab_size or min(32000, V), V), None
-    drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
-                          cfg.seed).to(device)
-    opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay)
-    step = 0
-    if state is not None:
-        drafter.load_state_dict(state["model"], strict=False)
-        opt.load_state_dict(state["optimizer"])
-        step = state["step"]
+    vocab, drafter, opt, step = _resume(ckdir, cfg, src, tr_ids, device)
     teacher = Teacher(target_lm_head(src.target).to(device), vocab.ids)
     per_epoch = length_batches([(i, items[i]) for i in tr_ids], cfg.batch_tokens, cfg.seed, 0)
     total = cfg.max_steps or cfg.epochs * len(per_epoch)
@@ -489,20 +512,11 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
         bar.close()
         if log: log.close()
     if rank != 0: return None
-    save_drafter(drafter.cpu(), out/"drafter", {"eagle3nb_train": {**asdict(cfg), **note}})
-    rows = [r for _, r in JsonlReader(mpath)]
-    plots = plot_training(rows, note, out/"plots")
-    final = {s: next((r for r in reversed(rows) if r["split"] == s), None) for s in ("train", "heldout")}
-    return write_manifest(out, "train", config={**asdict(cfg), "source_dir": str(getattr(src, "dir", records or "")),
-                                               "target": src.target, "aux_layers_hf": src.aux_layers,
-                                               "world_size": world},
-                          counts={"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids),
-                                  "steps": step, "batches_per_epoch": len(per_epoch)},
-                          timings={"seconds": round(time.time() - t0, 3)},
-                          draft_vocab={"size": len(vocab.ids), "coverage": vocab.coverage,
-                                       "supervised_tokens": vocab.supervised_tokens,
-                                       "distinct_ids": vocab.distinct_ids},
-                          final=final, plots=[str(p) for p in plots], drafter=str(out/"drafter"), data=note)
+    counts = {"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids), "steps": step,
+              "batches_per_epoch": len(per_epoch)}
+    config = {**asdict(cfg), "source_dir": str(getattr(src, "dir", records or "")), "target": src.target,
+              "aux_layers_hf": src.aux_layers, "world_size": world}
+    return _finish(out, drafter, vocab, cfg, note, config, counts, t0)
 
 # %% ../nbs/09_train.ipynb #062d048d
 def plot_training(rows:list, note:dict, out_dir) -> list:

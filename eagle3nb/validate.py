@@ -8,8 +8,10 @@ import json, time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
+from fastcore.basics import patch
 from .core import (InputError, JsonlReader, JsonlWriter, PromptRecord, Tally, atomic_write_text,
-                           stage_dir, write_json, write_manifest)
+                           first_diff, jsonl_writers_atomic, manifest_config, read_manifest, stage_dir, write_json,
+                           write_manifest)
 from .models import load_tokenizer
 from .prompts import render_prompt, normalize_row, Reject
 
@@ -29,8 +31,10 @@ def token_id(tok, s:str) -> int|None:
     except Exception: return None
     return i if back == s else None
 
+# %% ../nbs/06_validate.ipynb #84a39566
 FAMILIES = ("qwen3", "kimi", "deepseek-r1", "gpt-oss", "llama3", "chatml")
 
+# %% ../nbs/06_validate.ipynb #da1b472c
 def detect_family(tok) -> str:
     "The model family, from which special tokens the vocabulary holds."
     has = lambda s: token_id(tok, s) is not None
@@ -62,6 +66,7 @@ FAMILY_MARKERS = {
                    forbidden=("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>")),
 }
 
+# %% ../nbs/06_validate.ipynb #afbc140c
 @dataclass
 class TokenProfile:
     "Which ids structure a family's assistant turn; derived from the tokenizer, never hard-coded."
@@ -80,6 +85,7 @@ class TokenProfile:
     generation_prompts: list = field(default_factory=list)   # the id suffixes a prompt may end with
     names: dict = field(default_factory=dict)         # id -> token string, for reports
 
+# %% ../nbs/06_validate.ipynb #91eb8d7e
 def _gen_suffixes(tok) -> list:
     "The generation-prompt suffixes of the template (with reasoning on, off, and the default)."
     out = []
@@ -142,6 +148,7 @@ class Problem:
     pos: int|None
     detail: str
 
+# %% ../nbs/06_validate.ipynb #ff1f640e
 def _tool_json_ok(tok, ids) -> str|None:
     "None if the ids decode to a JSON object with `name` and `arguments`, else what is wrong."
     text = tok.decode(ids)
@@ -163,6 +170,7 @@ def is_truncated(prof:TokenProfile, output_ids:list, finish:dict) -> bool:
     "A `length` finish that did not end the turn (SGLang reports an end of turn on the last allowed token as `length`)."
     return (finish or {}).get("type") == "length" and not (output_ids and output_ids[-1] in prof.end_ids)
 
+# %% ../nbs/06_validate.ipynb #6ea1ec22
 def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:dict, tok=None) -> tuple:
     "Segments `[kind, start, end)` of the output (positions in `output_ids`) and the `Problem`s found."
     if prof.harmony: return _segment_harmony(prof, output_ids, finish, tok)
@@ -324,6 +332,7 @@ def assistant_message(tok, prof:TokenProfile, output_ids:list, segments:list) ->
     if calls: msg["tool_calls"] = calls
     return msg
 
+# %% ../nbs/06_validate.ipynb #400bcc50
 def next_turn_prompt(tok, prof:TokenProfile, prompt_rec:dict, gen_rec:dict, segments:list) -> PromptRecord|None:
     "The prompt record of the next turn of this conversation, or None when the conversation has no further user turn."
     src = prompt_rec.get("source") or {}
@@ -354,9 +363,6 @@ def _window(tok, ids, pos, w=6) -> dict:
     lo, hi = max(0, pos - w), min(len(ids), pos + w + 1)
     return {"start": lo, "ids": ids[lo:hi], "tokens": [tok.decode([i]) for i in ids[lo:hi]], "at": pos}
 
-def _first_diff(a, b):
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
 def _finish_problems(fr:dict, out:list) -> list:
     "A token stop must name the id it matched, and that id must be the last output id."
     if fr.get("type") not in ("stop", "length"): return [Problem("finish", None, f"unknown finish_reason {fr!r}")]
@@ -380,7 +386,7 @@ def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, dr
                              (prompt_rec.get("options") or {}).get("thinking"))
         checked["prompt_rerender"] = True
         if want != pids:
-            k = _first_diff(want, pids)
+            k = first_diff(want, pids)
             probs.append(Problem("prompt_rerender", None, f"re-rendered prompt differs at prompt position {k} "
                                  f"({len(want)} vs {len(pids)} ids)"))
     if prof.generation_prompts and not any(pids[-len(g):] == g for g in prof.generation_prompts):
@@ -396,27 +402,101 @@ def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, dr
     if not drop_truncated: more = [p for p in more if p.check != "truncated"]
     return segs, probs + more, checked
 
+# %% ../nbs/06_validate.ipynb #c486bfeb
 def _find_prompts(run:Path, gpath:Path, prompts=None) -> Path|None:
     "The generations' prompts: `prompts`, else the generate manifest's `prompts`, else run/prompts/prompts.jsonl."
     if prompts is not None:
         if not Path(prompts).exists(): raise InputError(f"--prompts {prompts}: no such file")
         return Path(prompts)
-    gm = gpath.parent/"manifest.json"
-    if gm.exists():
-        p = (json.loads(gm.read_text()).get("config") or {}).get("prompts")
-        if p and Path(p).exists(): return Path(p)
+    p = manifest_config(gpath.parent, "prompts")
+    if p and Path(p).exists(): return Path(p)
     p = run/"prompts"/"prompts.jsonl"
     return p if p.exists() else None
 
 def _find_target(run:Path, ppath:Path|None):
     "The tokenizer that rendered the prompts: from the prompts stage's manifest, or the one beside the prompts file."
-    for mp in (run/"prompts"/"manifest.json", ppath.parent/"manifest.json" if ppath else None):
-        if mp is not None and mp.exists():
-            t = (json.loads(mp.read_text()).get("config") or {}).get("target")
-            if t: return t
+    for d in (run/"prompts", ppath.parent if ppath else None):
+        t = manifest_config(d, "target") if d is not None else None
+        if t: return t
     raise InputError(f"{run}: no prompts manifest to take the target from (looked in {run/'prompts'}"
                      f"{' and ' + str(ppath.parent) if ppath else ''}); pass --target")
 
+# %% ../nbs/06_validate.ipynb #d0ca2129
+class _Validation:
+    "One validate run's counters and output writers; `add` files a generation record as accepted or rejected."
+    def __init__(self, tok, prof:TokenProfile, ws:dict, drop_truncated:bool, mask_reasoning:bool, mask_tool_calls:bool):
+        self.tok, self.prof, self.ws = tok, prof, ws
+        self.drop_truncated, self.masks = drop_truncated, (mask_reasoning, mask_tool_calls)
+        self.tally, self.by_check, self.finish, self.checked = Tally(), Counter(), Counter(), Counter()
+        self.lens = {"accepted": [], "rejected": []}
+        self.examples, self.n_next, self.n_trunc_kept, self.n_len_end = defaultdict(list), 0, 0, 0
+    def add(self, rec:dict, prec:dict|None):
+        "Check one generation record (`prec`: its prompt record) and write it where it belongs."
+        self.tally.read += 1
+        fr = rec.get("finish_reason") or {}
+        self.finish[fr.get("type", "?")] += 1
+        try: segs, probs, chk = check_record(self.tok, self.prof, rec, prec, self.drop_truncated)
+        except Exception as e: segs, probs, chk = [], [Problem("malformed", None, f"{type(e).__name__}: {e}")], {}
+        self.checked.update(k for k, v in chk.items() if v)
+        if probs: self._reject(rec, fr, segs, probs)
+        else: self._accept(rec, prec, fr, segs)
+
+# %% ../nbs/06_validate.ipynb #9b9f068a
+@patch
+def _reject(self:_Validation, rec:dict, fr:dict, segs:list, probs:list):
+    "A rejected record keeps its problems (with the ids around each) and its segments, as far as they could be read."
+    self.tally.reject(probs[0].check)
+    self.by_check.update({p.check for p in probs})
+    out = rec.get("output_ids") or []
+    self.lens["rejected"].append(len(out))
+    windows = [_window(self.tok, out, p.pos) if p.pos is not None else None for p in probs]
+    self.ws["rejected"].write({"id": rec.get("id"), "prompt_id": rec.get("prompt_id"), "finish_reason": fr,
+                               "problems": [{**asdict(p), "window": w} for p, w in zip(probs, windows)],
+                               "segments": segs})   # over output_ids, as far as they could be read
+    for p, w in zip(probs, windows):
+        ex = self.examples[p.check]
+        if len(ex) < 3: ex.append({"id": rec.get("id"), **asdict(p), "window": w})
+
+@patch
+def _accept(self:_Validation, rec:dict, prec:dict|None, fr:dict, segs:list):
+    "An accepted record: training row, SpecForge row, and the next turn's prompt where there is one."
+    P, O = len(rec["prompt_ids"]), len(rec["output_ids"])
+    mask = loss_mask_from_segments(P, segs, O, *self.masks)
+    truncated = is_truncated(self.prof, rec["output_ids"], fr)
+    self.n_trunc_kept += truncated
+    self.n_len_end += fr.get("type") == "length" and not truncated   # SGLang's `length` on an end of turn
+    self.ws["records"].write({"id": rec["id"], "prompt_id": rec.get("prompt_id"), "turn": (prec or {}).get("turn", 0),
+                              "input_ids": rec["prompt_ids"] + rec["output_ids"], "n_prompt": P,
+                              "segments": [["prompt", 0, P]] + [[k, P + s, P + e] for k, s, e in segs],
+                              "loss_mask": mask, "finish_reason": fr, "truncated": truncated})
+    self.ws["specforge"].write({"input_ids": rec["prompt_ids"] + rec["output_ids"], "loss_mask": mask})
+    self.tally.accepted += 1
+    self.lens["accepted"].append(O)
+    if prec is not None and not truncated and not self.prof.harmony:
+        nxt = next_turn_prompt(self.tok, self.prof, prec, rec, segs)
+        if nxt is not None:
+            self.ws["next_prompts"].write(nxt.to_dict())
+            self.n_next += 1
+
+# %% ../nbs/06_validate.ipynb #9425f324
+@patch
+def counts(self:_Validation) -> dict:
+    "The manifest's counts."
+    return {**self.tally.as_dict(), "failed_checks": dict(sorted(self.by_check.items())),
+            "next_turn_prompts": self.n_next, "truncated_kept": self.n_trunc_kept,
+            "length_at_end_of_turn": self.n_len_end}
+
+@patch
+def report(self:_Validation) -> dict:
+    "`report.json`: the counts, what was checked, output lengths, and up to three examples per failed check."
+    prof = self.prof
+    return {"family": prof.family, "profile": {k: v for k, v in asdict(prof).items() if k != "names"},
+            "counts": self.tally.as_dict(), "failed_checks": dict(sorted(self.by_check.items())),
+            "finish_reasons": dict(self.finish), "checked": dict(self.checked), "truncated_kept": self.n_trunc_kept,
+            "length_at_end_of_turn": self.n_len_end, "next_turn_prompts": self.n_next,
+            "output_length": {k: _hist(v) for k, v in self.lens.items()}, "examples": dict(self.examples)}
+
+# %% ../nbs/06_validate.ipynb #cb6c5eeb
 def validate(run, # the run directory (reads generate/ and prompts/, writes validate/)
              target=None, # tokenizer source: model dir or name (default: the prompts' target)
              family:str|None=None, # override the detected family
@@ -430,81 +510,29 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
     t0, run = time.time(), Path(run)
     gpath = Path(generations) if generations else run/"generate"/"generations.jsonl"
     if not gpath.exists(): raise InputError(f"{gpath}: no generation records; run `eagle3nb generate` first")
-    ppath = _find_prompts(run, gpath,
-                          prompts)   # a turn-1 run has no prompts/ of its own: its generate manifest names them
+    # a turn-1 run has no prompts/ of its own: its generate manifest names them
+    ppath = _find_prompts(run, gpath, prompts)
     prompts = {o["id"]: o for _, o in JsonlReader(ppath)} if ppath else {}
     if target is None: target = _find_target(run, ppath)
     tok = load_tokenizer(target)
     prof = derive_profile(tok, family)
     out = stage_dir(run, "validate")
     names = ["records", "rejected", "specforge", "next_prompts"]
-    tmp = {k: out/f"{k}.jsonl.tmp-write" for k in names}
-    for p in tmp.values(): p.unlink(missing_ok=True)
-    tally, by_check, finish, checked = Tally(), Counter(), Counter(), Counter()
-    lens = {"accepted": [], "rejected": []}
-    examples, n_next, n_trunc_kept, n_len_end = defaultdict(list), 0, 0, 0
-    ws = {k: JsonlWriter(p) for k, p in tmp.items()}
-    try:
+    with jsonl_writers_atomic({k: out/f"{k}.jsonl" for k in names}) as ws:
+        v = _Validation(tok, prof, ws, drop_truncated, mask_reasoning, mask_tool_calls)
         for _, rec in tqdm(JsonlReader(gpath), desc="validate", unit="rec", disable=not progress):
-            tally.read += 1
-            fr = rec.get("finish_reason") or {}
-            finish[fr.get("type", "?")] += 1
-            prec = prompts.get(rec.get("prompt_id"))
-            try: segs, probs, chk = check_record(tok, prof, rec, prec, drop_truncated)
-            except Exception as e: segs, probs, chk = [], [Problem("malformed", None, f"{type(e).__name__}: {e}")], {}
-            checked.update(k for k, v in chk.items() if v)
-            if probs:
-                tally.reject(probs[0].check)
-                by_check.update({p.check for p in probs})
-                lens["rejected"].append(len(rec.get("output_ids") or []))
-                windows = [_window(tok, rec.get("output_ids") or [],
-                                   p.pos) if p.pos is not None else None for p in probs]
-                ws["rejected"].write({"id": rec.get("id"), "prompt_id": rec.get("prompt_id"), "finish_reason": fr,
-                                      "problems": [{**asdict(p), "window": w} for p, w in zip(probs, windows)],
-                                      "segments": segs})   # over output_ids, as far as they could be read
-                for p, w in zip(probs, windows):
-                    if len(examples[p.check]) < 3:
-                        examples[p.check].append({"id": rec.get("id"), **asdict(p), "window": w})
-                continue
-            P, O = len(rec["prompt_ids"]), len(rec["output_ids"])
-            mask = loss_mask_from_segments(P, segs, O, mask_reasoning, mask_tool_calls)
-            truncated = is_truncated(prof, rec["output_ids"], fr)
-            n_trunc_kept += truncated
-            n_len_end += fr.get("type") == "length" and not truncated   # SGLang's `length` on an end of turn
-            ws["records"].write({"id": rec["id"], "prompt_id": rec.get("prompt_id"),
-                                 "turn": (prec or {}).get("turn", 0),
-                                 "input_ids": rec["prompt_ids"] + rec["output_ids"], "n_prompt": P,
-                                 "segments": [["prompt", 0, P]] + [[k, P + s, P + e] for k, s, e in segs],
-                                 "loss_mask": mask, "finish_reason": fr, "truncated": truncated})
-            ws["specforge"].write({"input_ids": rec["prompt_ids"] + rec["output_ids"], "loss_mask": mask})
-            tally.accepted += 1
-            lens["accepted"].append(O)
-            if prec is not None and not truncated and not prof.harmony:
-                nxt = next_turn_prompt(tok, prof, prec, rec, segs)
-                if nxt is not None:
-                    ws["next_prompts"].write(nxt.to_dict())
-                    n_next += 1
-    finally:
-        for w in ws.values(): w.close()
-    tally.check()
-    for k in names: tmp[k].replace(out/f"{k}.jsonl")
-    report = {"family": prof.family, "profile": {k: v for k, v in asdict(prof).items() if k != "names"},
-              "counts": tally.as_dict(), "failed_checks": dict(sorted(by_check.items())),
-              "finish_reasons": dict(finish),
-              "checked": dict(checked), "truncated_kept": n_trunc_kept,
-              "length_at_end_of_turn": n_len_end, "next_turn_prompts": n_next,
-              "output_length": {k: _hist(v) for k, v in lens.items()}, "examples": dict(examples)}
+            v.add(rec, prompts.get(rec.get("prompt_id")))
+        v.tally.check()   # before the files are renamed into place
+    report = v.report()
     write_json(out/"report.json", report)
     atomic_write_text(out/"report.md", report_markdown(report))
     return write_manifest(out, "validate",
         config={"generations": str(gpath), "prompts": str(ppath) if ppath else None, "target": str(target),
-                "family": prof.family,
-                "drop_truncated": drop_truncated,
+                "family": prof.family, "drop_truncated": drop_truncated,
                 "mask_reasoning": mask_reasoning, "mask_tool_calls": mask_tool_calls},
-        counts={**tally.as_dict(), "failed_checks": dict(sorted(by_check.items())), "next_turn_prompts": n_next,
-                "truncated_kept": n_trunc_kept, "length_at_end_of_turn": n_len_end},
-        timings={"seconds": round(time.time() - t0, 3)})
+        counts=v.counts(), timings={"seconds": round(time.time() - t0, 3)})
 
+# %% ../nbs/06_validate.ipynb #9ba0eb1d
 def _hist(xs, edges=(0, 16, 64, 256, 1024, 4096, 16384, 65536)) -> dict:
     h = {}
     for lo, hi in zip(edges, edges[1:] + (None,)):
@@ -538,6 +566,7 @@ def report_markdown(r:dict) -> str:
 SEGMENT_COLORS = {"prompt": "#eeeeee", "reasoning": "#dbe9ff", "answer": "#dff5df", "tool_call": "#ffe9c7",
                   "end": "#f5c6f5", "header": "#e0e0e0", "problem": "#ff4d4d"}
 
+# %% ../nbs/06_validate.ipynb #08bf848e
 def plot_report(run):
     "Bar chart of failed checks and histogram of output lengths, from `run/validate/report.json`."
     import matplotlib.pyplot as plt
@@ -557,6 +586,7 @@ def plot_report(run):
     fig.tight_layout()
     return fig
 
+# %% ../nbs/06_validate.ipynb #46cfdaed
 def tokens_html(tok, ids:list, segments:list, problems:list=(), offset:int=0) -> str:
     "HTML of `ids` coloured by segment (`[kind, start, end)` over `ids`), `problems` (positions from `offset`) boxed."
     import html
@@ -575,11 +605,12 @@ def tokens_html(tok, ids:list, segments:list, problems:list=(), offset:int=0) ->
     legend = " ".join(f'<span style="background:{c};padding:0 4px">{k}</span>' for k, c in SEGMENT_COLORS.items())
     return f'<div style="line-height:1.8">{legend}<br>{"".join(spans)}</div>'
 
+# %% ../nbs/06_validate.ipynb #fe40c3d4
 def token_inspector(run, tok=None):
     "An ipywidgets view of a validated run: pick accepted or rejected, step through samples, hover tokens for ids."
     import ipywidgets as W
     run = Path(run)
-    if tok is None: tok = load_tokenizer(json.loads((run/"validate"/"manifest.json").read_text())["config"]["target"])
+    if tok is None: tok = load_tokenizer(read_manifest(run/"validate")["config"]["target"])
     acc = [o for _, o in JsonlReader(run/"validate"/"records.jsonl")]
     rej = [o for _, o in JsonlReader(run/"validate"/"rejected.jsonl")]
     gens = {o["id"]: o for _, o in JsonlReader(run/"generate"/"generations.jsonl")} if rej else {}
