@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs, hashlib, json, time
 from dataclasses import dataclass
 from pathlib import Path
+from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .core import (InputError, BadLine, JsonlReader, JsonlWriter, PromptRecord, Tally,
                            jsonl_writers_atomic, stage_dir, write_manifest)
@@ -16,76 +17,88 @@ from .models import asset_path, load_target
 __all__ = ['SHAREGPT_ROLES', 'ROLES', 'DATASETS', 'JsonArrayReader', 'Reject', 'Conversation', 'normalize_row', 'first_turn',
            'resolve_input', 'RowReader', 'render_prompt', 'template_hash', 'prepare']
 
-# %% ../nbs/02_prompts.ipynb #0ded478d
+# %% ../nbs/02_prompts.ipynb #3c7354ad
 _WS = " \t\r\n"
 
+class _TextWindow:
+    "A file's UTF-8 text read in chunks: the text held (`buf`), a position in it and that position's byte offset."
+    def __init__(self, f, chunk_size:int):
+        self.f, self.chunk_size = f, chunk_size
+        self.idec = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        self.buf, self.pos, self.byte_pos, self.eof = "", 0, 0, False
+    def more(self):
+        "Read the next chunk, dropping what lies before `pos`."
+        chunk = self.f.read(self.chunk_size)
+        if not chunk: self.eof = True
+        self.buf = self.buf[self.pos:] + self.idec.decode(chunk, final=not chunk)
+        self.pos = 0
+    def skip_ws(self):
+        "Move past whitespace, reading on as needed; stops at a non-space or the end of the file."
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in _WS:
+                self.pos += 1
+                self.byte_pos += 1   # whitespace is ASCII
+            if self.pos < len(self.buf) or self.eof: return
+            self.more()
+    def advance(self, new_pos:int):
+        self.byte_pos += len(self.buf[self.pos:new_pos].encode("utf-8", "surrogateescape"))
+        self.pos = new_pos
+    def at(self) -> str|None:
+        "The character at `pos`, or None past the end of what is held."
+        return self.buf[self.pos] if self.pos < len(self.buf) else None
+
+# %% ../nbs/02_prompts.ipynb #0ded478d
 class JsonArrayReader:
     "Stream `(index, byte_offset, element)` from a file holding one JSON array; truncation is reported in `.truncated`."
     def __init__(self, path, chunk_size:int=1 << 20, max_element_bytes:int=1 << 28):
         self.path, self.chunk_size, self.max_element_bytes = Path(path), chunk_size, max_element_bytes
         self.truncated, self.count = None, 0
-    def __iter__(self):
-        dec, idec = json.JSONDecoder(), codecs.getincrementaldecoder("utf-8")("surrogateescape")
-        buf, pos, byte_pos, eof = "", 0, 0, False
-        f = open(self.path, "rb")
-        def more():
-            nonlocal buf, pos, eof
-            chunk = f.read(self.chunk_size)
-            if not chunk: eof = True
-            buf = buf[pos:] + idec.decode(chunk, final=not chunk)
-            pos = 0
-        def skip_ws():
-            nonlocal pos, byte_pos
-            while True:
-                while pos < len(buf) and buf[pos] in _WS:
-                    pos += 1
-                    byte_pos += 1   # whitespace is ASCII
-                if pos < len(buf) or eof: return
-                more()
-        def advance(new_pos):
-            nonlocal pos, byte_pos
-            byte_pos += len(buf[pos:new_pos].encode("utf-8", "surrogateescape"))
-            pos = new_pos
-        try:
-            skip_ws()
-            if pos >= len(buf) or buf[pos] != "[":
-                raise InputError(f"{self.path}: not a JSON array (first character {buf[pos:pos+1]!r}); use JSONL or a "
-                                 "JSON array of rows")
-            advance(pos + 1)
-            while True:
-                skip_ws()
-                if pos >= len(buf):
-                    self._truncate(byte_pos, "the file ends before the closing ']'")
-                    return
-                if buf[pos] == "]" and self.count == 0: return
-                while True:
-                    try:
-                        obj, end = dec.raw_decode(buf, pos)
-                        break
-                    except json.JSONDecodeError as e:
-                        if eof:
-                            self._truncate(byte_pos, f"element {self.count} is incomplete ({e.msg})")
-                            return
-                        if len(buf) - pos > self.max_element_bytes:
-                            raise InputError(f"{self.path} byte {byte_pos}: element {self.count} is not valid JSON "
-                                             f"({e.msg})") from None
-                        more()
-                start = byte_pos
-                advance(end)
-                yield self.count, start, obj
-                self.count += 1
-                skip_ws()
-                if pos >= len(buf):
-                    self._truncate(byte_pos, "the file ends after an element")
-                    return
-                if buf[pos] == "]": return
-                if buf[pos] != ",":
-                    raise InputError(f"{self.path} byte {byte_pos}: expected ',' or ']' after element "
-                                     f"{self.count - 1}, found {buf[pos]!r}")
-                advance(pos + 1)
-        finally: f.close()
     def _truncate(self, offset, detail):
         self.truncated = {"offset": offset, "complete_elements": self.count, "detail": detail}
+
+# %% ../nbs/02_prompts.ipynb #f8e783d3
+@patch
+def _element(self:JsonArrayReader, w:_TextWindow, dec):
+    "The next element and the position after it, or None where the file ends inside it (reported)."
+    while True:
+        try: return dec.raw_decode(w.buf, w.pos)
+        except json.JSONDecodeError as e:
+            if w.eof:
+                self._truncate(w.byte_pos, f"element {self.count} is incomplete ({e.msg})")
+                return None
+            if len(w.buf) - w.pos > self.max_element_bytes:
+                raise InputError(f"{self.path} byte {w.byte_pos}: element {self.count} is not valid JSON "
+                                 f"({e.msg})") from None
+            w.more()
+
+@patch
+def __iter__(self:JsonArrayReader):
+    dec = json.JSONDecoder()
+    with open(self.path, "rb") as f:
+        w = _TextWindow(f, self.chunk_size)
+        w.skip_ws()
+        if w.at() != "[":
+            raise InputError(f"{self.path}: not a JSON array (first character {w.buf[w.pos:w.pos+1]!r}); use JSONL "
+                             "or a JSON array of rows")
+        w.advance(w.pos + 1)
+        while True:
+            w.skip_ws()
+            if w.at() is None: return self._truncate(w.byte_pos, "the file ends before the closing ']'")
+            if w.at() == "]" and self.count == 0: return
+            got = self._element(w, dec)
+            if got is None: return
+            obj, end = got
+            start = w.byte_pos
+            w.advance(end)
+            yield self.count, start, obj
+            self.count += 1
+            w.skip_ws()
+            if w.at() is None: return self._truncate(w.byte_pos, "the file ends after an element")
+            if w.at() == "]": return
+            if w.at() != ",":
+                raise InputError(f"{self.path} byte {w.byte_pos}: expected ',' or ']' after element "
+                                 f"{self.count - 1}, found {w.at()!r}")
+            w.advance(w.pos + 1)
 
 # %% ../nbs/02_prompts.ipynb #e121d6ae
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
