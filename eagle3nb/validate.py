@@ -170,6 +170,22 @@ def is_truncated(prof:TokenProfile, output_ids:list, finish:dict) -> bool:
     "A `length` finish that did not end the turn (SGLang reports an end of turn on the last allowed token as `length`)."
     return (finish or {}).get("type") == "length" and not (output_ids and output_ids[-1] in prof.end_ids)
 
+# %% ../nbs/06_validate.ipynb #3a7ea742
+def _end_problems(prof:TokenProfile, output_ids:list, finish:dict, state:str, in_tool:bool) -> list:
+    "How the output ends, checked: truncated, or not on an end of turn, or with reasoning or a tool call left open."
+    n = len(output_ids)
+    if is_truncated(prof, output_ids, finish):
+        return [Problem("truncated", n, f"finish_reason length after {n} tokens: no end of turn")]
+    probs = []
+    if finish.get("type") in ("stop", "length"):   # a stop, or a length whose last id ended the turn
+        if not output_ids or output_ids[-1] not in prof.end_ids:
+            last = output_ids[-1] if output_ids else None
+            probs.append(Problem("end", n - 1 if n else None,
+                                 f"stopped on {prof.names.get(last, last)}, not an end of turn"))
+        if state == "open": probs.append(Problem("reasoning", n, "reasoning never closed"))
+        if in_tool: probs.append(Problem("tool_calls", n, "tool-call region never closed"))
+    return probs
+
 # %% ../nbs/06_validate.ipynb #6ea1ec22
 def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:dict, tok=None) -> tuple:
     "Segments `[kind, start, end)` of the output (positions in `output_ids`) and the `Problem`s found."
@@ -230,16 +246,7 @@ def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:d
             probs.append(Problem("turn_start", i,
                                  f"{prof.names.get(t, t)} inside the output: the model ran into a new turn"))
     if n > start: segs.append([kind, start, n])
-    if is_truncated(prof, output_ids, finish):
-        probs.append(Problem("truncated", n, f"finish_reason length after {n} tokens: no end of turn"))
-    elif finish.get("type") in ("stop", "length"):   # a stop, or a length whose last id ended the turn
-        if not output_ids or output_ids[-1] not in prof.end_ids:
-            last = output_ids[-1] if output_ids else None
-            probs.append(Problem("end", n - 1 if n else None,
-                                 f"stopped on {prof.names.get(last, last)}, not an end of turn"))
-        if state == "open": probs.append(Problem("reasoning", n, "reasoning never closed"))
-        if in_tool: probs.append(Problem("tool_calls", n, "tool-call region never closed"))
-    return segs, probs
+    return segs, probs + _end_problems(prof, output_ids, finish, state, in_tool)
 
 # %% ../nbs/06_validate.ipynb #d387092b
 def _segment_harmony(prof, out, finish, tok):
