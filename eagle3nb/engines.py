@@ -337,7 +337,7 @@ class LeanLlama:
         import torch
         F = torch.nn.functional
         Hq, Hkv, D = self.Hq, self.Hkv, self.D
-        g, N = Hq // Hkv, ids.shape[0]
+        g, N, threads = Hq // Hkv, ids.shape[0], torch.get_num_threads()
         lens = [cache.lens[i] + 1 for i in range(n_dec)]                  # each decode row's length with this token
         pos = torch.cat([cache.pos] + [torch.arange(L, device=ids.device) for _, _, L in segs]) if segs else cache.pos
         cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
@@ -352,8 +352,11 @@ class LeanLlama:
                 kb.view(-1, D).index_copy_(0, cache._at, k[:n_dec].reshape(-1, D))   # every row's new key/value at its own length
                 vb.view(-1, D).index_copy_(0, cache._at, v[:n_dec].reshape(-1, D))
                 qd = q[:n_dec].view(n_dec, Hkv, g, D)                             # a KV head's query heads side by side
-                outs += [F.scaled_dot_product_attention(qd[i:i + 1], kb[i:i + 1, :, :L], vb[i:i + 1, :, :L], scale=p["scale"]).reshape(1, Hq * D)
-                         for i, L in enumerate(lens)]
+                if threads > 1: torch.set_num_threads(1)   # a row's attention is too small to share: waking a thread costs more
+                try: outs += [F.scaled_dot_product_attention(qd[i:i + 1], kb[i:i + 1, :, :L], vb[i:i + 1, :, :L],
+                                                             scale=p["scale"]).reshape(1, Hq * D) for i, L in enumerate(lens)]
+                finally:
+                    if threads > 1: torch.set_num_threads(threads)
             for slot, st, L in segs:
                 ks, vs = k[st:st + L].transpose(0, 1), v[st:st + L].transpose(0, 1)
                 kb[slot, :, :L] = ks; vb[slot, :, :L] = vs
