@@ -289,7 +289,7 @@ def _engines(c:PipelineConfig):
     if g.engine == "sglang": return [SGLangEngine(u) for u in g.urls], lambda: None
     if g.engine == "vllm": return [VLLMEngine(u) for u in g.urls], lambda: None
     if g.engine == "local": return [LocalEngine(c.target)], lambda: None
-    from eagle3nb.cli import start_server_process   # TODO: moves to serve
+    from eagle3nb.serve import start_server_process
     proc, url = start_server_process(c.target)
     print(f"serving {c.target} on {url} (eagle3nb serve, SGLang wire format)")
     def stop():

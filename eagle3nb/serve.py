@@ -10,7 +10,7 @@ from .core import InputError
 from .engines import LocalEngine, Sampling, PermanentError, EngineError
 
 # %% auto #0
-__all__ = ['create_app', 'ServerThread', 'serve']
+__all__ = ['create_app', 'ServerThread', 'serve', 'start_server_process']
 
 # %% ../nbs/04_serve.ipynb #8f128306
 def _json(obj, status:int=200):
@@ -234,3 +234,28 @@ def serve(target, host:str="127.0.0.1", port:int=30000, max_batch:int=16, dtype:
         while st.thread.is_alive(): st.thread.join(0.5)
     except KeyboardInterrupt: pass
     finally: st.stop()
+
+# %% ../nbs/04_serve.ipynb #8ff7940c
+def _die_with_parent():
+    "In the child, before exec: get SIGTERM when the parent dies (Linux; elsewhere a no-op)."
+    import ctypes, signal
+    try: ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError): pass
+
+def start_server_process(target:str, timeout:float=300, **kw):
+    "Start `eagle3nb serve` in a subprocess on a free loopback port; return `(process, url)`; it dies with us."
+    import subprocess, sys, tempfile
+    from pathlib import Path
+    url_file = Path(tempfile.mkdtemp())/"url"
+    args = [sys.executable, "-c", "from eagle3nb.cli import main; main()", "serve",
+            "--target", str(target), "--port", "0", "--url_file", str(url_file)]
+    for k, v in kw.items(): args += [f"--{k}", str(v)]
+    p = subprocess.Popen(args, preexec_fn=_die_with_parent)
+    t0 = time.time()
+    while not url_file.exists():
+        if p.poll() is not None: raise RuntimeError(f"eagle3nb serve exited with status {p.returncode}")
+        if time.time() - t0 > timeout:
+            p.kill()
+            raise RuntimeError(f"eagle3nb serve did not start in {timeout} s")
+        time.sleep(0.2)
+    return p, url_file.read_text().strip()

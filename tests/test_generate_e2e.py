@@ -4,7 +4,7 @@ from pathlib import Path
 import httpx, pytest
 from conftest import BIN, run
 from eagle3nb.core import JsonlWriter, read_jsonl, read_manifest
-from eagle3nb.cli import start_server_process
+from eagle3nb.serve import start_server_process
 from eagle3nb.engines import LocalEngine, Sampling
 from eagle3nb.prompts import render_prompt
 

@@ -78,3 +78,19 @@ def test_bad_config_names_the_key_and_file(tmp_path):
     assert r.returncode == 2 and "needs `urls`" in r.stderr
     r = run([str(BIN/"eagle3nb"), "run", "--set", "train.epochs=two"])
     assert r.returncode == 2 and "`epochs` = 'two' must be int" in r.stderr
+
+def test_a_killed_parent_leaves_no_server(tmp_path):
+    # the pipeline's `eagle3nb serve` child dies with it, even on kill -9 (nothing left holding the model in memory)
+    code = ("from eagle3nb.serve import start_server_process; p, url = start_server_process('tiny-llama');"
+            "print('pid', p.pid, flush=True); import time; time.sleep(600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(next(line for line in parent.stdout if line.startswith("pid ")).split()[1])
+    os.kill(child, 0)                                    # the server is up
+    parent.kill(); parent.wait()
+    t0 = time.time()
+    while time.time() - t0 < 30:
+        try: os.kill(child, 0)
+        except ProcessLookupError: break
+        if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z": break   # exited, not yet reaped
+        time.sleep(0.2)
+    else: raise AssertionError(f"eagle3nb serve (pid {child}) outlived its killed parent")

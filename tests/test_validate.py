@@ -195,7 +195,7 @@ def test_three_turns_chained_through_eagle3nb_serve(tmp_path):
     "Turn 1 and 2 runs (generated from next_prompts.jsonl) validate like turn 0: prompts found, turn kept, re-render checked, next turn written."
     import subprocess
     from conftest import BIN
-    from eagle3nb.cli import start_server_process
+    from eagle3nb.serve import start_server_process
     from eagle3nb.models import target_dir
     model = _always_ends_turn(target_dir("tiny-qwen3"), tmp_path/"model")
     tok = load_tokenizer(model)

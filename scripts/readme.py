@@ -1,0 +1,38 @@
+"""README.md from nbs/index.ipynb, the front page (nbdev_readme needs Quarto, which this project does not use).
+
+    python scripts/readme.py          # write README.md
+    python scripts/readme.py --check  # exit 1 if README.md is not what index.ipynb renders to
+"""
+import json, re, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def _links(md:str) -> str:
+    "Links and images relative to nbs/ become relative to the repository root."
+    return re.sub(r"\]\((?!https?://|#|/)([^)]+)\)", lambda m: f"](nbs/{m.group(1)})", md)
+
+def _text(o:dict) -> str:
+    if o["output_type"] == "stream": return "".join(o["text"])
+    return "".join(o.get("data", {}).get("text/plain", ""))
+
+def render(nb_path=ROOT/"nbs"/"index.ipynb") -> str:
+    "The README text of the index notebook: its markdown, its visible code cells and their text outputs."
+    out = []
+    for c in json.loads(Path(nb_path).read_text())["cells"]:
+        src = "".join(c["source"])
+        if c["cell_type"] == "markdown": out.append(_links(src))
+        elif c["cell_type"] == "code" and not src.lstrip().startswith("#| hide"):
+            out.append("```python\n" + src + "\n```")
+            text = "".join(_text(o) for o in c.get("outputs", [])).rstrip("\n")
+            if text: out.append("```\n" + text + "\n```")
+    return "\n\n".join(out) + "\n"
+
+if __name__ == "__main__":
+    want, p = render(), ROOT/"README.md"
+    if "--check" in sys.argv:
+        if p.read_text() != want:
+            print("FAIL: README.md is not what nbs/index.ipynb renders to; edit nbs/index.ipynb and run "
+                  "`.venv/bin/python scripts/readme.py`")
+            sys.exit(1)
+    else: p.write_text(want)

@@ -1,0 +1,24 @@
+"README.md is the front page notebook rendered (nbs/index.ipynb), and the two commands it gives exist."
+import importlib.util, re
+from conftest import ROOT
+
+def _readme_module():
+    spec = importlib.util.spec_from_file_location("readme", ROOT/"scripts/readme.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+def test_readme_is_the_index_notebook():
+    assert (ROOT/"README.md").read_text() == _readme_module().render(), \
+        "README.md is out of date: edit nbs/index.ipynb, then run `.venv/bin/python scripts/readme.py`"
+
+def test_readme_two_commands_are_make_targets():
+    text, mk = (ROOT/"README.md").read_text(), (ROOT/"Makefile").read_text()
+    block = re.search(r"## Two commands.*?```sh\n(.*?)```", text, re.S).group(1)
+    cmds = [l.split("#")[0].strip() for l in block.splitlines() if l.strip()]
+    assert cmds == ["make run", "make test"]
+    for c in cmds: assert re.search(rf"^{c.split()[1]}:", mk, re.M)
+    assert "bash scripts/test.sh" in mk and (ROOT/".ci/run").read_text().count("make test") >= 1
+
+def test_readme_links_resolve():
+    for target in re.findall(r"\]\((nbs/[^)#]+)\)", (ROOT/"README.md").read_text()): assert (ROOT/target).exists(), target
