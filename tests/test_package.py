@@ -5,7 +5,7 @@ from conftest import BIN, run
 
 def test_import_loads_no_model_and_starts_nothing(tmp_path):
     code = ("import sys, threading, eagle3nb, eagle3nb.core, eagle3nb.models, eagle3nb.prompts, eagle3nb.engines, eagle3nb.serve,"
-            " eagle3nb.generate, eagle3nb.validate, eagle3nb.capture, eagle3nb.pipeline, eagle3nb.cli;"
+            " eagle3nb.generate, eagle3nb.validate, eagle3nb.capture, eagle3nb.capture_vllm, eagle3nb.pipeline, eagle3nb.cli;"
             "heavy = [m for m in ('torch', 'transformers', 'tiktoken', 'httpx', 'starlette', 'uvicorn', 'matplotlib', 'ipywidgets') if m in sys.modules];"
             "print(heavy, threading.active_count())")
     r = run([sys.executable, "-c", code], env={"EAGLE3NB_CACHE": str(tmp_path/"cache")})
