@@ -55,7 +55,7 @@ def warm(engine_factory, prompts:Path):
 @contextmanager
 def local_server(dtype="float32", max_batch=16, threads=None):
     "`eagle3nb serve --target smollm2` in its own process (with `threads` OpenMP threads if given); yields `(url, make_engine)`."
-    from eagle3nb.cli import start_server_process
+    from eagle3nb.serve import start_server_process
     from eagle3nb.engines import SGLangEngine
     old = os.environ.get("OMP_NUM_THREADS")
     if threads: os.environ["OMP_NUM_THREADS"] = str(threads)   # read by the server process's OpenMP when torch loads
