@@ -201,3 +201,17 @@ def test_kill_9_mid_capture_then_rerun_resumes(setup):
     print(f"kill -9 after {done} records; the rerun captured {c['this_run_tokens_rank0']} of {total} tokens and removed "
           f"{m['config']['leftover_files_removed']} files the killed run left unread")
     assert list(s["storage"].iterdir()) == []                    # nothing left in the server's folder
+
+def test_cli_capture_through_vllm_and_its_server_command(setup):
+    from conftest import BIN, run as run_cmd
+    s = setup
+    run = write_records(s["base"]/"vllm-cli", s["recs"])
+    r = run_cmd([str(BIN/"eagle3nb"), "capture", "--run", str(run), "--target", "smollm2", "--dtype", "float32",
+                 "--engine", "vllm", "--url", s["url"], "--url", s["url"]])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"captured {len(s['recs']) - 1}, quarantined 0, skipped 1, failed 0" in r.stdout
+    assert worst_difference(run, s["local"]["float32"], s["H"]) <= 1e-4
+    # the printed server command asks for exactly the layers the running server writes
+    r = run_cmd([str(BIN/"eagle3nb"), "capture", "--run", str(run), "--target", "smollm2", "--print_server_command",
+                 "--storage_dir", str(s["storage"])])
+    assert r.returncode == 0 and all(a in r.stdout for a in ("[2, 15, 27, 30]", str(s["storage"]), "--kv-transfer-config"))
