@@ -27,6 +27,7 @@ class DataSection:
     thinking: bool | None = None  # reasoning on/off in the chat template (None: the template's default)
     max_prompt_tokens: int | None = None  # reject longer prompts (default: the context length)
 
+# %% ../nbs/12_pipeline.ipynb #5a74977f
 @dataclass
 class GenerateSection:
     "Token-direct generation (`eagle3nb generate`)."
@@ -41,6 +42,7 @@ class GenerateSection:
     seed: int | None = None
     concurrency: int = 16  # requests in flight per server
 
+# %% ../nbs/12_pipeline.ipynb #8b395d94
 @dataclass
 class ValidateSection:
     "Token-boundary validation (`eagle3nb validate`)."
@@ -48,6 +50,7 @@ class ValidateSection:
     mask_reasoning: bool = False  # leave reasoning out of the loss
     mask_tool_calls: bool = False
 
+# %% ../nbs/12_pipeline.ipynb #56935719
 @dataclass
 class CaptureSection:
     "Hidden-state capture (`eagle3nb capture`); unused when `train.source` is online."
@@ -58,6 +61,7 @@ class CaptureSection:
     engine: str = "local"  # local: transformers in this process; vllm: servers started with `vllm_capture_command`
     urls: list = field(default_factory=list)  # vLLM servers for engine vllm (same filesystem: they write the states)
 
+# %% ../nbs/12_pipeline.ipynb #a7b6e7cf
 @dataclass
 class TrainSection:
     "Drafter training (`eagle3nb train`)."
@@ -72,6 +76,7 @@ class TrainSection:
     eval_every: int = 20
     ckpt_every: int = 20
 
+# %% ../nbs/12_pipeline.ipynb #98dfd21a
 @dataclass
 class EvaluateSection:
     "Draft-and-verify evaluation on held-out prompts (`eagle3nb evaluate`)."
@@ -82,12 +87,14 @@ class EvaluateSection:
     temperature: float = 0.0
     ngram: bool = True  # n-gram prompt lookup beside the drafter
 
+# %% ../nbs/12_pipeline.ipynb #68413527
 @dataclass
 class ExportSection:
     "Exports for serving engines (`eagle3nb export`)."
     formats: list = field(default_factory=lambda: ["speculators", "sglang"])  # speculators (vLLM) and / or sglang
     speculative_tokens: int | None = None  # K written into the speculators config (default: the recommended K)
 
+# %% ../nbs/12_pipeline.ipynb #8f978df2
 @dataclass
 class PipelineConfig:
     "Every setting of the main job; the default is the embedded default (SmolLM2 on ShareGPT, on this CPU)."
@@ -101,7 +108,7 @@ class PipelineConfig:
     evaluate: EvaluateSection = field(default_factory=EvaluateSection)
     export: ExportSection = field(default_factory=ExportSection)
 
-# %% ../nbs/12_pipeline.ipynb #0d436ed6
+# %% ../nbs/12_pipeline.ipynb #599fac22
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "None": (type(None),)}
 
 def _check_value(cls, name:str, hint:str, v, where:str):
@@ -132,7 +139,7 @@ def config_from_dict(d:dict, base=None, where:str="config"):
             kw[k] = _check_value(type(base), k, hint, v, where)
     return replace(base, **kw)
 
-# %% ../nbs/12_pipeline.ipynb #27167791
+# %% ../nbs/12_pipeline.ipynb #7d16e285
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"prompts": 4, "max_new_tokens": 24},
              "train": {"epochs": 2, "draft_vocab_size": 1024},
@@ -162,7 +169,7 @@ def pipeline_config(config=None, # a TOML file, a dict of sections, or None (the
     elif config is not None: cfg = config_from_dict(config, cfg)
     return check_config(config_from_dict(overrides, cfg, where="overrides"))
 
-# %% ../nbs/12_pipeline.ipynb #888ceab9
+# %% ../nbs/12_pipeline.ipynb #65ba281e
 def check_config(c:PipelineConfig) -> PipelineConfig:
     "Cross-field checks: engines, URLs, formats, sources and sizes."
     engines = ("serve", "local", "sglang", "vllm")
@@ -190,7 +197,7 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
         raise InputError("[generate] prompts must be ≥ 1 (or absent: all)")
     return c
 
-# %% ../nbs/12_pipeline.ipynb #0f85beaa
+# %% ../nbs/12_pipeline.ipynb #7870dc74
 STAGES = ["prepare", "generate", "validate", "capture", "train", "evaluate", "export"]
 _SECTION = {"prepare": "data", "generate": "generate", "validate": "validate", "capture": "capture", "train": "train",
             "evaluate": "evaluate", "export": "export"}
@@ -214,7 +221,7 @@ class Ledger:
         self.d[stage] = {"key": key, "seconds": round(seconds, 1), "summary": summary}
         write_json(self.path, self.d)
 
-# %% ../nbs/12_pipeline.ipynb #0d160415
+# %% ../nbs/12_pipeline.ipynb #79bbf386
 def heldout_prompts(run, c:PipelineConfig) -> Path:
     ("Write `RUN/evaluate_prompts.jsonl`: the prompts right after the generated ones, "
      "minus any equal to a generated prompt.")
@@ -229,7 +236,7 @@ def heldout_prompts(run, c:PipelineConfig) -> Path:
     write_jsonl_atomic(run/"evaluate_prompts.jsonl", held)
     return run/"evaluate_prompts.jsonl"
 
-# %% ../nbs/12_pipeline.ipynb #b30255ea
+# %% ../nbs/12_pipeline.ipynb #29e86711
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
 def prepare_summary(m:dict) -> str:
@@ -270,7 +277,7 @@ def train_summary(m:dict) -> str:
             f"(coverage {v['coverage']:.3f}); {h.get('split', '')} acc_k {h.get('acc_k')}, tau_sim {h.get('tau_sim')} "
             f"(K={m['config']['ttt_steps']} chain)")
 
-# %% ../nbs/12_pipeline.ipynb #7eeaa7ee
+# %% ../nbs/12_pipeline.ipynb #96541b8c
 def headline(report:dict) -> dict:
     "The best row (tokens per target forward) of the drafter and of n-gram, and whether the drafter beats n-gram."
     best = lambda m: max((r for r in report["rows"] if r["method"] == m), key=lambda r: r["tokens_per_forward"],
@@ -290,7 +297,7 @@ def evaluate_summary(report:dict) -> str:
             f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; "
             f"{verdict}; recommended K={h['recommended_k']}")
 
-# %% ../nbs/12_pipeline.ipynb #75af209a
+# %% ../nbs/12_pipeline.ipynb #3e3e9a37
 def _engines(c:PipelineConfig):
     "The generation engines of a config, and a function that stops what was started for them."
     from eagle3nb.engines import LocalEngine, SGLangEngine, VLLMEngine
@@ -323,7 +330,7 @@ def stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
                                           concurrency=g.concurrency))
     finally: stop()
 
-# %% ../nbs/12_pipeline.ipynb #e6d73596
+# %% ../nbs/12_pipeline.ipynb #71a755a0
 def stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.validate import validate
     v = c.validate
@@ -361,7 +368,7 @@ def stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 STAGE_FNS = {"prepare": stage_prepare, "generate": stage_generate, "validate": stage_validate, "capture": stage_capture,
              "train": stage_train, "evaluate": stage_evaluate, "export": stage_export}
 
-# %% ../nbs/12_pipeline.ipynb #2da9e31a
+# %% ../nbs/12_pipeline.ipynb #c73389bd
 def run_pipeline(c:PipelineConfig, # the settings (`pipeline_config(...)`)
                  stages:list|None=None, # run only these (default: all, in order)
                  fresh:bool=False, # rerun every stage; capture and training start over (generated samples are kept)
@@ -388,7 +395,7 @@ def run_pipeline(c:PipelineConfig, # the settings (`pipeline_config(...)`)
     print(report_headline(run))
     return led.d
 
-# %% ../nbs/12_pipeline.ipynb #b8ebaba1
+# %% ../nbs/12_pipeline.ipynb #08d1218a
 def _md_table(head:list, rows:list) -> str:
     return "\n".join(["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)] +
                      ["| " + " | ".join(map(str, r)) + " |" for r in rows])
@@ -435,7 +442,7 @@ def render_html(blocks:list, title:str) -> str:
             f"<style>{css}</style></head>"
             f"<body>{''.join(body)}</body></html>\n")
 
-# %% ../nbs/12_pipeline.ipynb #825c2604
+# %% ../nbs/12_pipeline.ipynb #ad52bc1a
 def serve_commands(target:str, exports:dict, k:int) -> dict:
     "The vLLM and SGLang command lines that serve the target with the exported drafter at chain length `k`."
     out = {}
@@ -448,74 +455,80 @@ def serve_commands(target:str, exports:dict, k:int) -> dict:
                          f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
     return out
 
-# %% ../nbs/12_pipeline.ipynb #4c59e46d
+# %% ../nbs/12_pipeline.ipynb #88e96fac
 def _manifest(run:Path, stage:str) -> dict|None:
     p = run/stage/"manifest.json"
     return read_json(p) if p.exists() else None
 
+def _headline_blocks(rep:dict) -> list:
+    "The drafter beside n-gram: verdict, the table of every measured row, the recommended K."
+    h, c = headline(rep), rep["config"]
+    verdict = {True: "**The drafter beats n-gram** in tokens per target forward.",
+               False: "**n-gram beats the drafter** in tokens per target forward at this size: "
+                      "a larger run is needed.",
+               None: "The drafter and n-gram tie." if h["eagle3"] and h["ngram"]
+                     else "No n-gram comparison was run."}[h["beats_ngram"]]
+    ts = (rep.get("training_tau_sim") or {}).get("by_k", {})
+    sim = lambda r: "" if r["method"] != "eagle3" or str(r["k"]) not in map(str, ts) else \
+        f"{ts.get(r['k'], ts.get(str(r['k']))):.3f}"
+    rows = [[r["method"], r["k"], f"{r['tau'] or 1:.3f}", sim(r), f"{r['tokens_per_forward']:.3f}",
+             f"{r['tokens_per_s']:.1f}", f"{r['speedup']:.3f}", " ".join(f"{a:.2f}" for a in r["per_position"])]
+            for r in rep["rows"]]
+    return [("h2", "Headline: the drafter beside n-gram, on held-out prompts"),
+            ("p", f"Real draft-and-verify decoding (vLLM's EAGLE-3 loop) on {c['n_prompts']} prompts "
+                  f"({c['prompts_name']}) that training never saw, T={c['temperature']}, {c['max_new_tokens']} new "
+                  f"tokens each, target `{c['target_name']}`. " + verdict),
+            ("table", ["method", "K", "τ (measured)", "τ_sim (training)", "tokens / target forward", "tok/s",
+                       "speed-up", "per-position acceptance"], rows),
+            ("p", f"Recommended K = {h['recommended_k']}: {rep['recommended']['reasoning']}")]
+
+# %% ../nbs/12_pipeline.ipynb #b1b5a360
+def _stage_blocks(run:Path, led:dict) -> list:
+    "Each stage's time and one-line account, and the validation counts."
+    rows = [[s, f"{led[s]['seconds']:.0f} s", led[s]["summary"].splitlines()[0]] for s in STAGES if s in led]
+    b = [("h2", "Stages: every record accounted for"), ("table", ["stage", "time", "what happened"], rows)]
+    vm = _manifest(run, "validate")
+    if vm:
+        c = vm["counts"]
+        b += [("h2", "Validation"),
+              ("p", "Token-boundary validation; the full report with rejected samples' token windows is "
+                    f"`{run/'validate'/'report.md'}`."),
+              ("table", ["read", "accepted", "rejected", "failed checks", "truncated (kept, flagged)",
+                         "next-turn prompts"],
+               [[c["read"], c["accepted"], c["rejected"], _reasons(c["failed_checks"]),
+                 c.get("truncated_kept", 0), c["next_turn_prompts"]]])]
+    return b
+
+# %% ../nbs/12_pipeline.ipynb #a7ca390a
+def _plot_blocks(run:Path) -> list:
+    plots = sorted((run/"evaluate"/"plots").glob("*.png")) + sorted((run/"train"/"plots").glob("*.png"))
+    if not plots: return []
+    return [("h2", "Plots")] + [("img", p, f"{p.parent.parent.name}: {p.stem.replace('_', ' ')}") for p in plots]
+
+def _serve_blocks(run:Path, target:str, rep:dict|None) -> list:
+    "The export directories and the command that serves each, at the recommended K."
+    ex = {f: run/"export"/f for f in ("speculators", "sglang") if (run/"export"/f/"config.json").exists()}
+    if not ex: return []
+    b = [("h2", "Serving the drafter")]
+    for eng, cmd in serve_commands(target, ex, rep["recommended"]["k"] if rep else 3).items():
+        layout = "vLLM (speculators layout)" if eng == "vllm" else "SGLang (LlamaForCausalLMEagle3 layout)"
+        b += [("p", f"{layout}:"), ("code", cmd)]
+    return b
+
+# %% ../nbs/12_pipeline.ipynb #79309f31
 def report_blocks(run) -> list:
     "The report of a run as blocks, from its manifests, its evaluation report and its plots."
     run = Path(run)
     led = read_json(run/"pipeline.json") if (run/"pipeline.json").exists() else {}
     cfg = read_json(run/"pipeline_config.json") if (run/"pipeline_config.json").exists() else {}
     rep = read_json(run/"evaluate"/"report.json") if (run/"evaluate"/"report.json").exists() else None
-    tm = _manifest(run, "train")
-    target = (tm or {}).get("config", {}).get("target") or cfg.get("target", "?")
+    target = ((_manifest(run, "train") or {}).get("config", {}).get("target") or cfg.get("target", "?"))
+    data = ", ".join(f"`{x}`" for x in cfg.get("data", {}).get("inputs", []))
     b = [("h1", f"eagle3nb report: {run.name}"),
-         ("p", f"Target `{target}`; data {', '.join(f'`{x}`' for x in cfg.get('data', {}).get('inputs', []))}; "
-               f"run directory `{run}`. "
+         ("p", f"Target `{target}`; data {data}; run directory `{run}`. "
                f"Total time of the stages {sum(v['seconds'] for v in led.values()):.0f} s.")]
-    if rep:
-        h, c = headline(rep), rep["config"]
-        b.append(("h2", "Headline: the drafter beside n-gram, on held-out prompts"))
-        verdict = {True: "**The drafter beats n-gram** in tokens per target forward.",
-                   False: "**n-gram beats the drafter** in tokens per target forward at this size: "
-                          "a larger run is needed.",
-                   None: "The drafter and n-gram tie." if h["eagle3"] and h["ngram"]
-                         else "No n-gram comparison was run."}[h["beats_ngram"]]
-        b.append(("p", f"Real draft-and-verify decoding (vLLM's EAGLE-3 loop) on {c['n_prompts']} prompts "
-                       f"({c['prompts_name']}) that "
-                       f"training never saw, T={c['temperature']}, {c['max_new_tokens']} new tokens each, "
-                       f"target `{c['target_name']}`. "
-                       + verdict))
-        ts = (rep.get("training_tau_sim") or {}).get("by_k", {})
-        rows = [[r["method"], r["k"], f"{r['tau'] or 1:.3f}",
-                 "" if r["method"] != "eagle3" or str(r["k"]) not in map(str, ts) else
-                 f"{ts.get(r['k'], ts.get(str(r['k']))):.3f}",
-                 f"{r['tokens_per_forward']:.3f}", f"{r['tokens_per_s']:.1f}",
-                 f"{r['speedup']:.3f}", " ".join(f"{a:.2f}" for a in r["per_position"])] for r in rep["rows"]]
-        b.append(("table", ["method", "K", "τ (measured)", "τ_sim (training)", "tokens / target forward", "tok/s",
-                            "speed-up", "per-position acceptance"], rows))
-        b.append(("p", f"Recommended K = {h['recommended_k']}: {rep['recommended']['reasoning']}"))
-    b.append(("h2", "Stages: every record accounted for"))
-    rows = []
-    for s in STAGES:
-        if s in led: rows.append([s, f"{led[s]['seconds']:.0f} s", led[s]["summary"].splitlines()[0]])
-    b.append(("table", ["stage", "time", "what happened"], rows))
-    vr = run/"validate"/"report.md"
-    if vr.exists():
-        b.append(("h2", "Validation"))
-        b.append(("p", f"Token-boundary validation; the full report with rejected samples' token windows is `{vr}`."))
-        vm = _manifest(run, "validate")
-        if vm:
-            c = vm["counts"]
-            b.append(("table", ["read", "accepted", "rejected", "failed checks", "truncated (kept, flagged)",
-                                "next-turn prompts"],
-                      [[c["read"], c["accepted"], c["rejected"], _reasons(c["failed_checks"]),
-                        c.get("truncated_kept", 0), c["next_turn_prompts"]]]))
-    plots = sorted((run/"evaluate"/"plots").glob("*.png")) + sorted((run/"train"/"plots").glob("*.png"))
-    if plots:
-        b.append(("h2", "Plots"))
-        for p in plots: b.append(("img", p, f"{p.parent.parent.name}: {p.stem.replace('_', ' ')}"))
-    ex = {f: run/"export"/f for f in ("speculators", "sglang") if (run/"export"/f/"config.json").exists()}
-    if ex:
-        b.append(("h2", "Serving the drafter"))
-        k = rep["recommended"]["k"] if rep else 3
-        for eng, cmd in serve_commands(target, ex, k).items():
-            layout = 'vLLM (speculators layout)' if eng == 'vllm' else 'SGLang (LlamaForCausalLMEagle3 layout)'
-            b.append(("p", f"{layout}:"))
-            b.append(("code", cmd))
-    return b
+    return b + (_headline_blocks(rep) if rep else []) + _stage_blocks(run, led) + _plot_blocks(run) + \
+        _serve_blocks(run, target, rep)
 
 def write_report(run) -> tuple:
     "Write `RUN/report.md` and the self-contained `RUN/report.html`; return their paths."
@@ -530,7 +543,7 @@ def report_headline(run) -> str:
     p = Path(run)/"evaluate"/"report.json"
     return evaluate_summary(read_json(p)) if p.exists() else "no evaluation yet"
 
-# %% ../nbs/12_pipeline.ipynb #d7cd10c9
+# %% ../nbs/12_pipeline.ipynb #5448bbab
 def run_default(size:str="small", # a preset of SIZES
                 run:str="runs/default", fresh:bool=False, stages:list|None=None, **overrides) -> dict:
     "The main job on the embedded default (SmolLM2-135M-Instruct on ShareGPT, on this machine); return the ledger."
