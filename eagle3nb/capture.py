@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib, json, os, shutil, time
 from contextlib import contextmanager
 from pathlib import Path
-from .core import (InputError, JsonlReader, JsonlWriter, read_json, write_json, write_jsonl_atomic,
-                           write_manifest)
+from .core import (InputError, JsonlReader, JsonlWriter, read_json, read_manifest, write_json,
+                           write_jsonl_atomic, write_manifest)
 from .models import load_target
 
 # %% auto #0
@@ -327,13 +327,13 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
     rank, world, distributed = _dist()
     read_records(run, records)                          # a clear error before anything loads
     if target is None:
-        target = read_json(run/"validate"/"manifest.json")["config"]["target"]
+        target = read_manifest(run/"validate")["config"]["target"]
     if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
     device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
     tgt = load_target(target)
     L = int(tgt.config()["num_hidden_layers"])
     aux_layers = list(aux_layers or default_aux_layers(L))
-    max_tokens = max_tokens or int(tgt.config().get("max_position_embeddings") or 1 << 30)
+    max_tokens = max_tokens or tgt.context_length or 1 << 30
     cfg = capture_config(tgt, aux_layers, dtype, model_dtype)
     def states(fits):
         if not fits: return

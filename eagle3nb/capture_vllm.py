@@ -6,7 +6,7 @@
 from __future__ import annotations
 import hashlib, json, os, shlex, shutil, time, uuid
 from pathlib import Path
-from .core import InputError, read_json
+from .core import InputError, first_diff, read_json, read_manifest
 from .capture import _DT, capture_config, default_aux_layers, read_records, run_capture
 from .models import cache_dir, load_target
 
@@ -167,9 +167,6 @@ class VllmHiddenStates:
             raise _Retry(f"{self.url} released {path}.lock without writing the file (see the server's log)")
     def close(self): self.http.close()
 
-def _first_diff(a:list, b:list) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
 def _probe(servers, probe:list, want:list, H:int, tgt, aux_layers:list) -> tuple:
     "One short request per server before anything is written; `(server dtype, how the layers were verified)`."
     server_dtype, verified, L = None, "layer ids (file metadata)", want[-1]
@@ -214,7 +211,7 @@ def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capt
     urls = [urls] if isinstance(urls, str) else list(urls or [])
     if not urls: raise InputError(f"--url: give at least one vLLM server ({_START})")
     _, all_recs = read_records(run, records)
-    if target is None: target = read_json(run/"validate"/"manifest.json")["config"]["target"]
+    if target is None: target = read_manifest(run/"validate")["config"]["target"]
     if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
     tgt = load_target(target)
     L, H = int(tgt.config()["num_hidden_layers"]), int(tgt.config()["hidden_size"])
@@ -249,7 +246,7 @@ def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capt
             else: return None, None, f"{s.url}: {last} (after {retries + 1} tries)"
             ids, n = ids.tolist(), len(r["input_ids"])
             if ids != r["input_ids"]:
-                i = _first_diff(ids, r["input_ids"])
+                i = first_diff(ids, r["input_ids"])
                 j = max(0, i - 2)
                 return None, None, (f"token echo from {s.url} differs from the record at token {i} of {n}: server "
                                     f"{ids[j:i + 3]} (len {len(ids)}), record {r['input_ids'][j:i + 3]}")

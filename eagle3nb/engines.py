@@ -5,7 +5,7 @@
 # %% ../nbs/03_engines.ipynb #0b31ff41
 from __future__ import annotations
 import asyncio, collections, json, queue, random, threading, time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
 from .core import InputError
@@ -79,6 +79,9 @@ class Sampling:
                    repetition_penalty=float(d.get("repetition_penalty") or 1.0),
                    frequency_penalty=float(d.get("frequency_penalty") or 0.0),
                    presence_penalty=float(d.get("presence_penalty") or 0.0))
+    def for_sample(self, k:int) -> Sampling:
+        "This sampling for the `k`-th sample of one prompt: the seed, if any, offset by `k`."
+        return Sampling(**{**asdict(self), "seed": None if self.seed is None else self.seed + k})
 
 # %% ../nbs/03_engines.ipynb #ac98dbc9
 @dataclass
@@ -513,7 +516,7 @@ class LocalEngine:
         self.lean, self.prefill_tokens, self._lean = lean, prefill_tokens, None
         cfg = self.target.config()
         self.vocab_size = int(cfg["vocab_size"])
-        self.context_length = int(cfg.get("max_position_embeddings") or 4096)
+        self.context_length = self.target.context_length or 4096
         self.eos_ids = _eos_ids(self.target.path, self.target.tokenizer)
         self._model, self._lock = None, threading.RLock()
         self._queue, self._worker, self._cache, self._running = queue.Queue(), None, None, []

@@ -35,8 +35,7 @@ def work_items(prompts:list, n:int, sampling:Sampling):
     "Expand prompt records into `WorkItem`s, `n` per prompt; seeds are `seed + sample`."
     for rec in prompts:
         for k in range(n):
-            s = Sampling(**{**asdict(sampling), "seed": None if sampling.seed is None else sampling.seed + k})
-            yield WorkItem(rec["id"] if n == 1 else f"{rec['id']}-s{k}", rec, k, s)
+            yield WorkItem(rec["id"] if n == 1 else f"{rec['id']}-s{k}", rec, k, sampling.for_sample(k))
 
 # %% ../nbs/05_generate.ipynb #0030d0c4
 def _ids_in(path) -> set:

@@ -153,8 +153,7 @@ async def _vllm_completions(request):
         if n < 1: raise InputError(f"n={n}: must be at least 1")
         for x in prompts: engine.check_prompt(x, base)
     except (InputError, PermanentError, ValueError, TypeError) as e: return _vllm_error(str(e))
-    jobs = [(x, Sampling(**{**base.__dict__, "seed": None if base.seed is None else base.seed + k}))
-            for x in prompts for k in range(n)]
+    jobs = [(x, base.for_sample(k)) for x in prompts for k in range(n)]
     try: gens = await asyncio.gather(*[engine.generate(x, s) for x, s in jobs])
     except EngineError as e: return _vllm_error(e.message, e.status or 500)
     want_ids = bool(body.get("return_token_ids"))
