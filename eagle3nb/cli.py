@@ -88,7 +88,8 @@ def _ids(s:str|None) -> list:
 @call_parse
 def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", str)="runs/default",
                  engine:Param("sglang, vllm or local", str)="sglang",
-                 url:Param("server URL(s); repeat to spread requests over several servers", str, nargs="+", action="extend")=None,
+                 url:Param("server URL(s); repeat to spread requests over several servers",
+                           str, nargs="+", action="extend")=None,
                  target:Param("model for --engine local", str)=None,
                  max_new_tokens:Param("most tokens to generate per sample", int)=2048,
                  temperature:Param("0 is greedy", float)=0.0,
