@@ -67,7 +67,7 @@ class TrainSection:
     "Drafter training (`eagle3nb train`)."
     source: str = "offline"  # offline: the captured shards; online: the target runs in the loop, nothing stored
     ttt_steps: int = 3  # training-time-test steps K
-    epochs: int = 6
+    epochs: int = 4
     lr: float = 1e-3
     draft_vocab_size: int = 8192
     batch_tokens: int = 4096  # padded tokens per batch
@@ -82,7 +82,7 @@ class EvaluateSection:
     "Draft-and-verify evaluation on held-out prompts (`eagle3nb evaluate`)."
     prompts: int = 8  # held-out prompts: the ones right after the generated ones
     prompts_file: str | None = None  # or a JSONL of prompt records / conversations of your own
-    ks: list = field(default_factory=lambda: [1, 2, 3])  # chain lengths K to measure
+    ks: list = field(default_factory=lambda: [1, 3])  # chain lengths K to measure
     max_new_tokens: int = 96
     temperature: float = 0.0
     ngram: bool = True  # n-gram prompt lookup beside the drafter
@@ -146,7 +146,7 @@ SIZES = {
              "evaluate": {"prompts": 1, "max_new_tokens": 8, "ks": [1]}},
     "small": {},
     "medium": {"data": {"limit": 4000}, "generate": {"prompts": 192},
-               "train": {"epochs": 5}, "evaluate": {"prompts": 12, "max_new_tokens": 128}},
+               "train": {"epochs": 5}, "evaluate": {"prompts": 12, "max_new_tokens": 128, "ks": [1, 2, 3]}},
     "large": {"data": {"limit": None}, "generate": {"prompts": 1024, "max_new_tokens": 768},
               "train": {"epochs": 4, "ttt_steps": 5, "draft_vocab_size": 16384},
               "evaluate": {"prompts": 32, "max_new_tokens": 160, "ks": [1, 2, 3, 4, 5]}},
