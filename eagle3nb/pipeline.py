@@ -7,7 +7,8 @@ from __future__ import annotations
 import base64, difflib, hashlib, html, json, time, typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from .core import InputError, JsonlReader, read_json, write_json, write_jsonl_atomic, atomic_write_text
+from .core import (InputError, JsonlReader, atomic_write_text, read_json, read_manifest, write_json,
+                           write_jsonl_atomic)
 
 # %% auto #0
 __all__ = ['SIZES', 'STAGES', 'STAGE_FNS', 'DataSection', 'GenerateSection', 'ValidateSection', 'CaptureSection', 'TrainSection',
@@ -455,10 +456,10 @@ def serve_commands(target:str, exports:dict, k:int) -> dict:
                          f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
     return out
 
-# %% ../nbs/12_pipeline.ipynb #88e96fac
+# %% ../nbs/12_pipeline.ipynb #39848ab7
 def _manifest(run:Path, stage:str) -> dict|None:
-    p = run/stage/"manifest.json"
-    return read_json(p) if p.exists() else None
+    "A stage's manifest, or None before the stage has run."
+    return read_manifest(run/stage) if (run/stage/"manifest.json").exists() else None
 
 def _headline_blocks(rep:dict) -> list:
     "The drafter beside n-gram: verdict, the table of every measured row, the recommended K."
@@ -519,7 +520,7 @@ def _serve_blocks(run:Path, target:str, rep:dict|None) -> list:
 def report_blocks(run) -> list:
     "The report of a run as blocks, from its manifests, its evaluation report and its plots."
     run = Path(run)
-    led = read_json(run/"pipeline.json") if (run/"pipeline.json").exists() else {}
+    led = Ledger(run).d
     cfg = read_json(run/"pipeline_config.json") if (run/"pipeline_config.json").exists() else {}
     rep = read_json(run/"evaluate"/"report.json") if (run/"evaluate"/"report.json").exists() else None
     target = ((_manifest(run, "train") or {}).get("config", {}).get("target") or cfg.get("target", "?"))
