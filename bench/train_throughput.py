@@ -19,7 +19,6 @@ def flops_per_step(c, T, B, K, n_sup):
 
 def one(args):
     import torch
-    from collections import Counter
     from eagle3nb.models import load_target
     from eagle3nb.drafter import new_drafter, target_lm_head
     from eagle3nb.train import Batch, TrainConfig, Teacher, train_step, plan_steps

@@ -7,7 +7,7 @@ __all__ = ['COMMANDS', 'run_cmd', 'prepare_cmd', 'generate_cmd', 'serve_cmd', 'v
            'evaluate_cmd', 'export_cmd', 'targets_cmd', 'main']
 
 # %% ../nbs/90_cli.ipynb #9c34cb35
-import json, sys
+import sys
 from pathlib import Path
 from fastcore.script import call_parse, Param, anno_parser, store_true
 from .core import InputError
