@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio, collections, json, queue, random, threading, time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from fastcore.basics import patch
+from fastcore.basics import patch, patch_to
 from .core import InputError
 from .models import Target, load_target
 
@@ -42,46 +42,62 @@ class Sampling:
             if not -2 <= getattr(self, k) <= 2:
                 raise InputError(f"{k}={getattr(self, k)}: must be in [-2, 2] (0 is off)")
         self.stop_token_ids = [int(i) for i in self.stop_token_ids]
-    def penalties(self) -> dict:
-        return dict(repetition_penalty=self.repetition_penalty, frequency_penalty=self.frequency_penalty,
-                    presence_penalty=self.presence_penalty)
-    def to_sglang(self) -> dict:
-        "SGLang `sampling_params`: every field (penalties included), special tokens kept, stop tokens not trimmed."
-        d = dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                 min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, no_stop_trim=True,
-                 **self.penalties())
-        if self.seed is not None: d["sampling_seed"] = self.seed
-        return d
-    def to_vllm(self) -> dict:
-        ("vLLM completion fields, penalties included (vLLM fills omitted ones from the model's "
-         "`generation_config.json`).")
-        d = dict(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                 min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, **self.penalties())
-        if self.seed is not None: d["seed"] = self.seed
-        return d
-    @classmethod
-    def from_sglang(cls, d:dict):
-        "Parse a request's `sampling_params` with SGLang's defaults for what is omitted."
-        d = d or {}
-        return cls(max_new_tokens=int(d.get("max_new_tokens", 128)), temperature=float(d.get("temperature", 1.0)),
-                   top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1)), min_p=float(d.get("min_p", 0.0)),
-                   stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("sampling_seed"),
-                   repetition_penalty=float(d.get("repetition_penalty", 1.0)),
-                   frequency_penalty=float(d.get("frequency_penalty", 0.0)),
-                   presence_penalty=float(d.get("presence_penalty", 0.0)))
-    @classmethod
-    def from_vllm(cls, d:dict):
-        "Parse a completion request with vLLM's defaults for what is omitted."
-        return cls(max_new_tokens=int(d.get("max_tokens") or 16), temperature=float(d.get("temperature", 1.0)),
-                   top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1) or -1),
-                   min_p=float(d.get("min_p", 0.0)),
-                   stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("seed"),
-                   repetition_penalty=float(d.get("repetition_penalty") or 1.0),
-                   frequency_penalty=float(d.get("frequency_penalty") or 0.0),
-                   presence_penalty=float(d.get("presence_penalty") or 0.0))
-    def for_sample(self, k:int) -> Sampling:
-        "This sampling for the `k`-th sample of one prompt: the seed, if any, offset by `k`."
-        return Sampling(**{**asdict(self), "seed": None if self.seed is None else self.seed + k})
+
+# %% ../nbs/03_engines.ipynb #09b6a6c4
+@patch
+def penalties(self:Sampling) -> dict:
+    return dict(repetition_penalty=self.repetition_penalty, frequency_penalty=self.frequency_penalty,
+                presence_penalty=self.presence_penalty)
+
+# %% ../nbs/03_engines.ipynb #4ed60958
+@patch
+def to_sglang(self:Sampling) -> dict:
+    "SGLang `sampling_params`: every field (penalties included), special tokens kept, stop tokens not trimmed."
+    d = dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+             min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, no_stop_trim=True,
+             **self.penalties())
+    if self.seed is not None: d["sampling_seed"] = self.seed
+    return d
+
+# %% ../nbs/03_engines.ipynb #73c708ca
+@patch
+def to_vllm(self:Sampling) -> dict:
+    ("vLLM completion fields, penalties included (vLLM fills omitted ones from the model's "
+     "`generation_config.json`).")
+    d = dict(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+             min_p=self.min_p, stop_token_ids=self.stop_token_ids, skip_special_tokens=False, **self.penalties())
+    if self.seed is not None: d["seed"] = self.seed
+    return d
+
+# %% ../nbs/03_engines.ipynb #45797f40
+@patch(cls_method=True)
+def from_sglang(cls:Sampling, d:dict):
+    "Parse a request's `sampling_params` with SGLang's defaults for what is omitted."
+    d = d or {}
+    return cls(max_new_tokens=int(d.get("max_new_tokens", 128)), temperature=float(d.get("temperature", 1.0)),
+               top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1)), min_p=float(d.get("min_p", 0.0)),
+               stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("sampling_seed"),
+               repetition_penalty=float(d.get("repetition_penalty", 1.0)),
+               frequency_penalty=float(d.get("frequency_penalty", 0.0)),
+               presence_penalty=float(d.get("presence_penalty", 0.0)))
+
+# %% ../nbs/03_engines.ipynb #1f651041
+@patch(cls_method=True)
+def from_vllm(cls:Sampling, d:dict):
+    "Parse a completion request with vLLM's defaults for what is omitted."
+    return cls(max_new_tokens=int(d.get("max_tokens") or 16), temperature=float(d.get("temperature", 1.0)),
+               top_p=float(d.get("top_p", 1.0)), top_k=int(d.get("top_k", -1) or -1),
+               min_p=float(d.get("min_p", 0.0)),
+               stop_token_ids=list(d.get("stop_token_ids") or []), seed=d.get("seed"),
+               repetition_penalty=float(d.get("repetition_penalty") or 1.0),
+               frequency_penalty=float(d.get("frequency_penalty") or 0.0),
+               presence_penalty=float(d.get("presence_penalty") or 0.0))
+
+# %% ../nbs/03_engines.ipynb #a9f39325
+@patch
+def for_sample(self:Sampling, k:int) -> Sampling:
+    "This sampling for the `k`-th sample of one prompt: the seed, if any, offset by `k`."
+    return Sampling(**{**asdict(self), "seed": None if self.seed is None else self.seed + k})
 
 # %% ../nbs/03_engines.ipynb #ac98dbc9
 @dataclass
@@ -92,6 +108,7 @@ class Generation:
     usage: dict = field(default_factory=dict)   # prompt_tokens, completion_tokens, cached_tokens
     meta: dict = field(default_factory=dict)    # latency, attempts, repairs, ...
 
+# %% ../nbs/03_engines.ipynb #f13c098b
 class EngineError(Exception):
     "A failed generation; `transient` ones are retried."
     transient = False
@@ -99,9 +116,11 @@ class EngineError(Exception):
         super().__init__(message)
         self.message, self.status = message, status
 
+# %% ../nbs/03_engines.ipynb #a033613c
 class TransientError(EngineError): transient = True
 class PermanentError(EngineError): transient = False
 
+# %% ../nbs/03_engines.ipynb #93e725c0
 FINISH_TYPES = ("stop", "length", "abort")
 
 # %% ../nbs/03_engines.ipynb #9541d1a8
@@ -109,8 +128,10 @@ def _snippet(x, n=200) -> str:
     s = x if isinstance(x, str) else json.dumps(x)[:n * 2]
     return s[:n] + ("…" if len(s) > n else "")
 
+# %% ../nbs/03_engines.ipynb #028a2fdd
 LEAK_IDS = 5   # SGLang 0.5.0–0.5.4 leaks the last min(5, len(prompt_ids)) prompt ids into output_ids
 
+# %% ../nbs/03_engines.ipynb #c56b2b2e
 def check_sglang(resp, prompt_ids:list) -> Generation:
     "Validate one SGLang `/generate` answer object and turn it into a `Generation`."
     if not isinstance(resp, dict):
@@ -194,6 +215,7 @@ def _eos_ids(path:Path, tokenizer) -> list:
     if not ids and getattr(tokenizer, "eos_token_id", None) is not None: ids = [tokenizer.eos_token_id]
     return [int(i) for i in ids]
 
+# %% ../nbs/03_engines.ipynb #f8b030dd
 def _cache_kw(model) -> str:
     "The forward() keyword for the KV cache: `cache` in newer transformers, `past_key_values` before."
     import inspect
@@ -229,56 +251,78 @@ class SlotCache:
         mask = torch.zeros((S, 1, 1, cap), dtype=torch.bool, device=self.device)
         if self.cap: mask[..., :self.cap] = self.mask[..., :self.cap]
         self.mask, self.cap = mask, cap
-    def load(self, slot:int, layers:list):
-        "Put a prefilled sequence's `(keys, values)` per layer (each `[1, heads, length, head_dim]`) into `slot`."
-        L = layers[0][0].shape[2]
-        self._grow(L + 1)
-        for l, (k, v) in enumerate(layers):
-            self.keys[l][slot, :, :L] = k[0]
-            self.values[l][slot, :, :L] = v[0]
-        self.mask[slot] = False
-        self.mask[slot, ..., :L] = True
-        self.lens[slot] = L
-    def move(self, src:int, dst:int):
-        ("Copy slot `src` into slot `dst` (a finished row's slot is refilled from the last row, so running rows stay "
-         "0..n-1).")
-        L = self.lens[src]
-        for l in range(self.n_layers):
-            self.keys[l][dst, :, :L] = self.keys[l][src, :, :L]
-            self.values[l][dst, :, :L] = self.values[l][src, :, :L]
-        self.mask[dst] = self.mask[src]
-        self.lens[dst] = L
-    def claim(self, slot:int, length:int):
-        ("Give `slot` to a prompt of `length` tokens that the next forward writes at positions 0..length-1 (the lean "
-         "forward).")
-        self._grow(length + 1)
-        self.mask[slot] = False
-        self.mask[slot, ..., :length] = True
-        self.lens[slot] = length
-    def begin_step(self, n:int):
-        ("Prepare a decode step over slots 0..n-1: each writes its new token at its own length; returns "
-         "`(position_ids, mask)`.")
-        import torch
-        self.n = n
-        self._grow(max(self.lens[:n], default=0) + 1)
-        pos = self.pos = torch.tensor(self.lens[:n], dtype=torch.long, device=self.device)
-        S, H, D = self.shape
-        # flat row indices into a `[slots * heads * cap, head_dim]` view: one `index_copy_` per layer writes every
-        # row's token
-        self._at = ((torch.arange(n, device=self.device)[:, None] * H + torch.arange(H, device=self.device)) * self.cap
-                    + pos[:, None]).flatten()
-        self.mask.view(-1).index_fill_(0, torch.arange(n, device=self.device) * self.cap + pos, True)
-        self._T = max(self.lens[:n], default=0) + 1
-        return pos[:, None], self.mask[:n, :, :, :self._T]
-    def end_step(self):
-        for i in range(self.n): self.lens[i] += 1
-    def update(self, key_states, value_states, layer_idx:int, *args, **kwargs):
-        "The transformers cache hook: store this step's key/value per row, return the keys/values the rows attend to."
-        kb, vb, D = self.keys[layer_idx], self.values[layer_idx], self.shape[2]
-        kb.view(-1, D).index_copy_(0, self._at, key_states.reshape(-1, D))     # [n, heads, 1, D] -> n * heads rows
-        vb.view(-1, D).index_copy_(0, self._at, value_states.reshape(-1, D))
-        return kb[:self.n, :, :self._T], vb[:self.n, :, :self._T]
-    def get_seq_length(self, layer_idx:int=0) -> int: return self._T - 1   # only read when position ids are missing
+
+# %% ../nbs/03_engines.ipynb #e7ee3eb5
+@patch
+def load(self:SlotCache, slot:int, layers:list):
+    "Put a prefilled sequence's `(keys, values)` per layer (each `[1, heads, length, head_dim]`) into `slot`."
+    L = layers[0][0].shape[2]
+    self._grow(L + 1)
+    for l, (k, v) in enumerate(layers):
+        self.keys[l][slot, :, :L] = k[0]
+        self.values[l][slot, :, :L] = v[0]
+    self.mask[slot] = False
+    self.mask[slot, ..., :L] = True
+    self.lens[slot] = L
+
+# %% ../nbs/03_engines.ipynb #963f0933
+@patch
+def move(self:SlotCache, src:int, dst:int):
+    ("Copy slot `src` into slot `dst` (a finished row's slot is refilled from the last row, so running rows stay "
+     "0..n-1).")
+    L = self.lens[src]
+    for l in range(self.n_layers):
+        self.keys[l][dst, :, :L] = self.keys[l][src, :, :L]
+        self.values[l][dst, :, :L] = self.values[l][src, :, :L]
+    self.mask[dst] = self.mask[src]
+    self.lens[dst] = L
+
+# %% ../nbs/03_engines.ipynb #33edc410
+@patch
+def claim(self:SlotCache, slot:int, length:int):
+    ("Give `slot` to a prompt of `length` tokens that the next forward writes at positions 0..length-1 (the lean "
+     "forward).")
+    self._grow(length + 1)
+    self.mask[slot] = False
+    self.mask[slot, ..., :length] = True
+    self.lens[slot] = length
+
+# %% ../nbs/03_engines.ipynb #1f6e618c
+@patch
+def begin_step(self:SlotCache, n:int):
+    ("Prepare a decode step over slots 0..n-1: each writes its new token at its own length; returns "
+     "`(position_ids, mask)`.")
+    import torch
+    self.n = n
+    self._grow(max(self.lens[:n], default=0) + 1)
+    pos = self.pos = torch.tensor(self.lens[:n], dtype=torch.long, device=self.device)
+    S, H, D = self.shape
+    # flat row indices into a `[slots * heads * cap, head_dim]` view: one `index_copy_` per layer writes every
+    # row's token
+    self._at = ((torch.arange(n, device=self.device)[:, None] * H + torch.arange(H, device=self.device)) * self.cap
+                + pos[:, None]).flatten()
+    self.mask.view(-1).index_fill_(0, torch.arange(n, device=self.device) * self.cap + pos, True)
+    self._T = max(self.lens[:n], default=0) + 1
+    return pos[:, None], self.mask[:n, :, :, :self._T]
+
+# %% ../nbs/03_engines.ipynb #b604fc4f
+@patch
+def end_step(self:SlotCache):
+    for i in range(self.n): self.lens[i] += 1
+
+# %% ../nbs/03_engines.ipynb #8da76c90
+@patch
+def update(self:SlotCache, key_states, value_states, layer_idx:int, *args, **kwargs):
+    "The transformers cache hook: store this step's key/value per row, return the keys/values the rows attend to."
+    kb, vb, D = self.keys[layer_idx], self.values[layer_idx], self.shape[2]
+    kb.view(-1, D).index_copy_(0, self._at, key_states.reshape(-1, D))     # [n, heads, 1, D] -> n * heads rows
+    vb.view(-1, D).index_copy_(0, self._at, value_states.reshape(-1, D))
+    return kb[:self.n, :, :self._T], vb[:self.n, :, :self._T]
+
+# %% ../nbs/03_engines.ipynb #3d4bfea7
+@patch
+def get_seq_length(self:SlotCache, layer_idx:int=0) -> int:
+    return self._T - 1   # only read when position ids are missing
 
 # %% ../nbs/03_engines.ipynb #5e1a7c21
 class _Linear:
@@ -299,12 +343,14 @@ class _Linear:
             return torch.ops.mkldnn._linear_pointwise(x.repeat(2, 1), self.packed, self.bias, "none", [], "")[:1]
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
+# %% ../nbs/03_engines.ipynb #62238bbb
 def _rms(x, w, eps:float):
     "transformers' Llama/Qwen RMSNorm, op for op (float32 inside)."
     import torch
     dt, x = x.dtype, x.float()
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(dt)
 
+# %% ../nbs/03_engines.ipynb #19d468f2
 def _rope(x, cos, sin):
     ("transformers' `apply_rotary_pos_emb` (rotate_half) on `x` `[tokens, heads, head_dim]`, "
      "cos/sin `[tokens, 1, head_dim]`.")
@@ -312,6 +358,7 @@ def _rope(x, cos, sin):
     h = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., h:], x[..., :h]), -1) * sin
 
+# %% ../nbs/03_engines.ipynb #cea66015
 def _cat_or_none(ts:list, sizes:list):
     "Concatenated biases, zeros for the missing ones; None if none has one."
     import torch
@@ -320,27 +367,11 @@ def _cat_or_none(ts:list, sizes:list):
     return torch.cat([t if t is not None else torch.zeros(n, dtype=ref.dtype, device=ref.device)
                       for t, n in zip(ts, sizes)])
 
+# %% ../nbs/03_engines.ipynb #ebdbe9ff
 class LeanLlama:
     ("The forward of a Llama / Qwen2 / Qwen3 causal LM over flat tokens, written for the slot cache: decode rows and "
      "joining prompts in one pass.")
     SUPPORTED = ("llama", "qwen2", "qwen3")
-    @staticmethod
-    def unsupported(model) -> str|None:
-        "Why `model` cannot run on this forward, or None if it can."
-        cfg = model.config
-        if getattr(cfg, "model_type", None) not in LeanLlama.SUPPORTED:
-            return f"model_type {getattr(cfg, 'model_type', None)!r}"
-        if getattr(cfg, "hidden_act", "silu") != "silu": return f"hidden_act {cfg.hidden_act!r}"
-        if getattr(cfg, "use_sliding_window", False):
-            return "sliding-window attention"
-        m = getattr(model, "model", None)
-        need = ("embed_tokens", "layers", "norm", "rotary_emb")
-        if m is None or not all(hasattr(m, k) for k in need) or not hasattr(model, "lm_head"):
-            return "an unfamiliar module layout"
-        a, f = m.layers[0].self_attn, m.layers[0].mlp
-        if not all(hasattr(a, k) for k in ("q_proj", "k_proj", "v_proj", "o_proj", "scaling")) or \
-           not all(hasattr(f, k) for k in ("gate_proj", "up_proj", "down_proj")): return "an unfamiliar layer layout"
-        return None
     def __init__(self, model, max_len:int):
         import torch
         m, cfg = model.model, model.config
@@ -369,59 +400,83 @@ class LeanLlama:
         # the model's own table
         cos, sin = m.rotary_emb(self.embed[:1], torch.arange(max_len, device=self.embed.device)[None])
         self.cos, self.sin = cos[0], sin[0]
-    def forward(self, ids, # `[tokens]`: the decode rows' last ids, then the joining prompts, flat
-                cache, # the `SlotCache`, prepared by `begin_step`
-                n_dec:int, # decode rows (slots 0..n_dec-1, one token each, written at their own length)
-                segs:list, # joining prompts `(slot, start, length)`: ids `start..start+length-1` written at 0..length-1
-               ):
-        "Logits of every decode row and of each joining prompt's last token, `[n_dec + len(segs), vocab]`."
-        import torch
-        F = torch.nn.functional
-        Hq, Hkv, D = self.Hq, self.Hkv, self.D
-        g, N, threads = Hq // Hkv, ids.shape[0], torch.get_num_threads()
-        lens = [cache.lens[i] + 1 for i in range(n_dec)]                  # each decode row's length with this token
-        pos = torch.cat([cache.pos] + [torch.arange(L, device=ids.device) for _, _, L in segs]) if segs else cache.pos
-        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
-        x = F.embedding(ids, self.embed)
-        for l, p in enumerate(self.layers):
-            qkv = p["qkv"](_rms(x, p["ln1"], p["eps1"]))
-            q, k, v = (qkv[:, :Hq * D].view(N, Hq, D), qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D),
-                       qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D))
-            if p["qn"] is not None: q, k = _rms(q, *p["qn"]), _rms(k, *p["kn"])
-            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            kb, vb, outs = cache.keys[l], cache.values[l], []
-            if n_dec:
-                # every row's new key/value at its own length
-                kb.view(-1, D).index_copy_(0, cache._at, k[:n_dec].reshape(-1, D))
-                vb.view(-1, D).index_copy_(0, cache._at, v[:n_dec].reshape(-1, D))
-                qd = q[:n_dec].view(n_dec, Hkv, g, D)                             # a KV head's query heads side by side
-                # a row's attention is too small to share: waking a thread costs more
-                if threads > 1: torch.set_num_threads(1)
-                try: outs += [F.scaled_dot_product_attention(qd[i:i + 1], kb[i:i + 1, :, :L], vb[i:i + 1, :, :L],
-                                                             scale=p["scale"]).reshape(1, Hq * D)
-                              for i, L in enumerate(lens)]
-                finally:
-                    if threads > 1: torch.set_num_threads(threads)
-            for slot, st, L in segs:
-                ks, vs = k[st:st + L].transpose(0, 1), v[st:st + L].transpose(0, 1)
-                kb[slot, :, :L] = ks
-                vb[slot, :, :L] = vs
-                o = F.scaled_dot_product_attention(q[st:st + L].transpose(0, 1)[None], ks[None], vs[None],
-                                                   is_causal=True, scale=p["scale"], enable_gqa=True)
-                outs.append(o[0].transpose(0, 1).reshape(L, Hq * D))
-            x = x + p["o"](outs[0] if len(outs) == 1 else torch.cat(outs))
-            gu = p["gu"](_rms(x, p["ln2"], p["eps2"]))
-            x = x + p["down"](F.silu(gu[:, :self.I]) * gu[:, self.I:])
-        last = list(range(n_dec)) + [st + L - 1 for _, st, L in segs]
-        return self.head(_rms(x[last] if len(last) < N else x, self.norm, self.eps))
+
+# %% ../nbs/03_engines.ipynb #9a3dd0f0
+@patch_to(LeanLlama, static_method=True)
+def unsupported(model) -> str|None:
+    "Why `model` cannot run on this forward, or None if it can."
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in LeanLlama.SUPPORTED:
+        return f"model_type {getattr(cfg, 'model_type', None)!r}"
+    if getattr(cfg, "hidden_act", "silu") != "silu": return f"hidden_act {cfg.hidden_act!r}"
+    if getattr(cfg, "use_sliding_window", False):
+        return "sliding-window attention"
+    m = getattr(model, "model", None)
+    need = ("embed_tokens", "layers", "norm", "rotary_emb")
+    if m is None or not all(hasattr(m, k) for k in need) or not hasattr(model, "lm_head"):
+        return "an unfamiliar module layout"
+    a, f = m.layers[0].self_attn, m.layers[0].mlp
+    if not all(hasattr(a, k) for k in ("q_proj", "k_proj", "v_proj", "o_proj", "scaling")) or \
+       not all(hasattr(f, k) for k in ("gate_proj", "up_proj", "down_proj")): return "an unfamiliar layer layout"
+    return None
+
+# %% ../nbs/03_engines.ipynb #93795219
+@patch
+def forward(self:LeanLlama, ids, # `[tokens]`: the decode rows' last ids, then the joining prompts, flat
+            cache, # the `SlotCache`, prepared by `begin_step`
+            n_dec:int, # decode rows (slots 0..n_dec-1, one token each, written at their own length)
+            segs:list, # joining prompts `(slot, start, length)`: ids `start..start+length-1` written at 0..length-1
+           ):
+    "Logits of every decode row and of each joining prompt's last token, `[n_dec + len(segs), vocab]`."
+    import torch
+    F = torch.nn.functional
+    Hq, Hkv, D = self.Hq, self.Hkv, self.D
+    g, N, threads = Hq // Hkv, ids.shape[0], torch.get_num_threads()
+    lens = [cache.lens[i] + 1 for i in range(n_dec)]                  # each decode row's length with this token
+    pos = torch.cat([cache.pos] + [torch.arange(L, device=ids.device) for _, _, L in segs]) if segs else cache.pos
+    cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
+    x = F.embedding(ids, self.embed)
+    for l, p in enumerate(self.layers):
+        qkv = p["qkv"](_rms(x, p["ln1"], p["eps1"]))
+        q, k, v = (qkv[:, :Hq * D].view(N, Hq, D), qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D),
+                   qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D))
+        if p["qn"] is not None: q, k = _rms(q, *p["qn"]), _rms(k, *p["kn"])
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        kb, vb, outs = cache.keys[l], cache.values[l], []
+        if n_dec:
+            # every row's new key/value at its own length
+            kb.view(-1, D).index_copy_(0, cache._at, k[:n_dec].reshape(-1, D))
+            vb.view(-1, D).index_copy_(0, cache._at, v[:n_dec].reshape(-1, D))
+            qd = q[:n_dec].view(n_dec, Hkv, g, D)                             # a KV head's query heads side by side
+            # a row's attention is too small to share: waking a thread costs more
+            if threads > 1: torch.set_num_threads(1)
+            try: outs += [F.scaled_dot_product_attention(qd[i:i + 1], kb[i:i + 1, :, :L], vb[i:i + 1, :, :L],
+                                                         scale=p["scale"]).reshape(1, Hq * D)
+                          for i, L in enumerate(lens)]
+            finally:
+                if threads > 1: torch.set_num_threads(threads)
+        for slot, st, L in segs:
+            ks, vs = k[st:st + L].transpose(0, 1), v[st:st + L].transpose(0, 1)
+            kb[slot, :, :L] = ks
+            vb[slot, :, :L] = vs
+            o = F.scaled_dot_product_attention(q[st:st + L].transpose(0, 1)[None], ks[None], vs[None],
+                                               is_causal=True, scale=p["scale"], enable_gqa=True)
+            outs.append(o[0].transpose(0, 1).reshape(L, Hq * D))
+        x = x + p["o"](outs[0] if len(outs) == 1 else torch.cat(outs))
+        gu = p["gu"](_rms(x, p["ln2"], p["eps2"]))
+        x = x + p["down"](F.silu(gu[:, :self.I]) * gu[:, self.I:])
+    last = list(range(n_dec)) + [st + L - 1 for _, st, L in segs]
+    return self.head(_rms(x[last] if len(last) < N else x, self.norm, self.eps))
 
 # %% ../nbs/03_engines.ipynb #c446b494
 PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
 
+# %% ../nbs/03_engines.ipynb #20df2ca4
 def _penalties(s) -> tuple:
     "`(repetition, frequency, presence)` of a `Sampling` (defaults where the fields are absent)."
     return tuple(d if getattr(s, k, None) is None else float(getattr(s, k)) for k, d in PENALTIES.items())
 
+# %% ../nbs/03_engines.ipynb #c05cbc28
 def apply_penalties(logits, # `[rows, vocab]` logits
                     seen, # `[rows, vocab]` bool: the token is in the prompt or the output so far
                     counts, # `[rows, vocab]` float: how often the token is in the output so far
@@ -434,6 +489,7 @@ def apply_penalties(logits, # `[rows, vocab]` logits
     logits = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
     return logits - freq * counts - pres * (counts > 0).to(logits.dtype)
 
+# %% ../nbs/03_engines.ipynb #dbe66bb2
 def sample_tokens(logits, # `[rows, vocab]` logits of the last position
                   samplings:list, # one `Sampling` per row
                   gens:list, # one `torch.Generator` per row (used by rows with temperature > 0)
@@ -482,6 +538,7 @@ def default_threads() -> int:
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, n - 1)
 
+# %% ../nbs/03_engines.ipynb #f3c487d1
 @dataclass
 class _Row:
     "One request inside the local engine: what it asked for, what it has produced, where its answer goes."
@@ -499,6 +556,7 @@ class _Row:
     t_start: float = 0.0
     peak_batch: int = 0
 
+# %% ../nbs/03_engines.ipynb #52d4223c
 class LocalEngine:
     ("In-process transformers generation on token ids, continuously batched: each decode step runs every running "
      "sequence in one forward.")
@@ -522,68 +580,93 @@ class LocalEngine:
         self._queue, self._worker, self._cache, self._running = queue.Queue(), None, None, []
         self.stats = {"requests": 0, "tokens": 0, "prefill_tokens": 0, "prefill_s": 0.0, "steps": 0, "decode_s": 0.0,
                       "max_batch_seen": 0, "threads": None}
-    @property
-    def model(self):
-        with self._lock:
-            if self._model is None: self._model = self.target.load_model(self.dtype, self.device)
-        return self._model
-    @property
-    def forward(self):
-        ("The `LeanLlama` over the model's weights, or None where the stock transformers forward runs (`lean=False`, a "
-         "model it does not know).")
-        with self._lock:
-            if self._lean is None:
-                m = self.model
-                why = "lean=False" if not self.lean else LeanLlama.unsupported(m)
-                self._lean = False if why else LeanLlama(m, self.context_length)
-                self.stats["forward"] = f"transformers ({why})" if why else "lean"
-        return self._lean or None
-    def info(self) -> dict:
-        return {"kind": self.kind, "url": None, "version": "eagle3nb-local", "model": str(self.target.path),
-                "context_length": self.context_length}
-    def check_prompt(self, prompt_ids:list, s:Sampling):
-        "Reject what the model cannot run, as a server's 400 would."
-        if not prompt_ids: raise PermanentError("empty prompt", 400)
-        bad = next((i for i in prompt_ids if not isinstance(i, int) or not 0 <= i < self.vocab_size), None)
-        if bad is not None:
-            raise PermanentError(f"token id {bad} is outside the vocabulary (size {self.vocab_size})", 400)
-        if len(prompt_ids) >= self.context_length:
-            raise PermanentError(f"the prompt has {len(prompt_ids)} tokens; "
-                                 f"the context length is {self.context_length}", 400)
-    def _submit(self, rows:list):
-        "Queue requests (`_Row`s, taken in together) for the worker thread, started on first use."
-        with self._lock:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._loop, daemon=True, name="eagle3nb-local-engine")
-                self._worker.start()
-        self._queue.put(rows)
-    async def generate(self, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
-        "Generate for one prompt; concurrent calls (from any event loop or thread) share the decode steps."
-        self.check_prompt(prompt_ids, sampling)
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        def deliver(g, exc):
-            def _set():
-                if fut.done(): return
-                if exc is not None: fut.set_exception(exc)
-                else: fut.set_result(g)
-            try: loop.call_soon_threadsafe(_set)
-            except RuntimeError: pass   # the caller's loop is gone
-        self._submit([_Row(list(prompt_ids), sampling, deliver, time.time())])
-        return await fut
-    def generate_batch(self, prompts:list, samplings) -> list:
-        ("Generate for a list of prompts (blocking); `samplings` is one `Sampling` or one per prompt. They run "
-         "together, as concurrent `generate` calls do.")
-        from concurrent.futures import Future
-        if isinstance(samplings, Sampling): samplings = [samplings] * len(prompts)
-        for p, s in zip(prompts, samplings): self.check_prompt(p, s)
-        futs = [Future() for _ in prompts]
-        self._submit([_Row(list(p), s, lambda g, exc, f=f: f.set_exception(exc) if exc is not None else f.set_result(g),
-                           time.time())
-                      for p, s, f in zip(prompts, samplings, futs)])
-        return [f.result() for f in futs]
-    async def start(self): return self.info()
-    async def aclose(self): pass   # the worker is a daemon thread, shared by every caller
+
+# %% ../nbs/03_engines.ipynb #e84ca17d
+@patch(as_prop=True)
+def model(self:LocalEngine):
+    with self._lock:
+        if self._model is None: self._model = self.target.load_model(self.dtype, self.device)
+    return self._model
+
+# %% ../nbs/03_engines.ipynb #5a96d495
+@patch(as_prop=True)
+def forward(self:LocalEngine):
+    ("The `LeanLlama` over the model's weights, or None where the stock transformers forward runs (`lean=False`, a "
+     "model it does not know).")
+    with self._lock:
+        if self._lean is None:
+            m = self.model
+            why = "lean=False" if not self.lean else LeanLlama.unsupported(m)
+            self._lean = False if why else LeanLlama(m, self.context_length)
+            self.stats["forward"] = f"transformers ({why})" if why else "lean"
+    return self._lean or None
+
+# %% ../nbs/03_engines.ipynb #545481eb
+@patch
+def info(self:LocalEngine) -> dict:
+    return {"kind": self.kind, "url": None, "version": "eagle3nb-local", "model": str(self.target.path),
+            "context_length": self.context_length}
+
+# %% ../nbs/03_engines.ipynb #0c1d1972
+@patch
+def check_prompt(self:LocalEngine, prompt_ids:list, s:Sampling):
+    "Reject what the model cannot run, as a server's 400 would."
+    if not prompt_ids: raise PermanentError("empty prompt", 400)
+    bad = next((i for i in prompt_ids if not isinstance(i, int) or not 0 <= i < self.vocab_size), None)
+    if bad is not None:
+        raise PermanentError(f"token id {bad} is outside the vocabulary (size {self.vocab_size})", 400)
+    if len(prompt_ids) >= self.context_length:
+        raise PermanentError(f"the prompt has {len(prompt_ids)} tokens; "
+                             f"the context length is {self.context_length}", 400)
+
+# %% ../nbs/03_engines.ipynb #a9573603
+@patch
+def _submit(self:LocalEngine, rows:list):
+    "Queue requests (`_Row`s, taken in together) for the worker thread, started on first use."
+    with self._lock:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._loop, daemon=True, name="eagle3nb-local-engine")
+            self._worker.start()
+    self._queue.put(rows)
+
+# %% ../nbs/03_engines.ipynb #8ce6bc32
+@patch
+async def generate(self:LocalEngine, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
+    "Generate for one prompt; concurrent calls (from any event loop or thread) share the decode steps."
+    self.check_prompt(prompt_ids, sampling)
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    def deliver(g, exc):
+        def _set():
+            if fut.done(): return
+            if exc is not None: fut.set_exception(exc)
+            else: fut.set_result(g)
+        try: loop.call_soon_threadsafe(_set)
+        except RuntimeError: pass   # the caller's loop is gone
+    self._submit([_Row(list(prompt_ids), sampling, deliver, time.time())])
+    return await fut
+
+# %% ../nbs/03_engines.ipynb #ccb2d3f0
+@patch
+def generate_batch(self:LocalEngine, prompts:list, samplings) -> list:
+    ("Generate for a list of prompts (blocking); `samplings` is one `Sampling` or one per prompt. They run "
+     "together, as concurrent `generate` calls do.")
+    from concurrent.futures import Future
+    if isinstance(samplings, Sampling): samplings = [samplings] * len(prompts)
+    for p, s in zip(prompts, samplings): self.check_prompt(p, s)
+    futs = [Future() for _ in prompts]
+    self._submit([_Row(list(p), s, lambda g, exc, f=f: f.set_exception(exc) if exc is not None else f.set_result(g),
+                       time.time())
+                  for p, s, f in zip(prompts, samplings, futs)])
+    return [f.result() for f in futs]
+
+# %% ../nbs/03_engines.ipynb #18d9486b
+@patch
+async def start(self:LocalEngine): return self.info()
+
+# %% ../nbs/03_engines.ipynb #6b698eed
+@patch
+async def aclose(self:LocalEngine): pass   # the worker is a daemon thread, shared by every caller
 
 # %% ../nbs/03_engines.ipynb #8dae55cc
 @patch
@@ -601,12 +684,14 @@ def _slots(self:LocalEngine) -> SlotCache:
                                 self.context_length)
     return self._cache
 
+# %% ../nbs/03_engines.ipynb #908d572c
 @patch
 def _sample(self:LocalEngine, rows:list, logits) -> list:
     "The next token of each row (see `sample_tokens`)."
     return sample_tokens(logits, [r.sampling for r in rows], [r.gen for r in rows], [r.seen for r in rows],
                          [r.counts for r in rows])
 
+# %% ../nbs/03_engines.ipynb #4d98659b
 @patch
 def _push(self:LocalEngine, r:_Row, t:int) -> bool:
     ("Append token `t` to row `r`; if that ends it (a stop id, `max_new_tokens`, the context length), deliver it and "
@@ -642,6 +727,7 @@ def _prepare(self:LocalEngine, r:_Row):
         r.seen[r.prompt_ids] = True
         r.counts = torch.zeros(self.vocab_size)
 
+# %% ../nbs/03_engines.ipynb #67532c91
 @patch
 def _admit(self:LocalEngine, r:_Row):
     ("transformers' forward: prefill one waiting request alone, sample its first token, and give it a slot in the "
@@ -696,6 +782,7 @@ def _step(self:LocalEngine, new:list, decode:bool=True):
         self.stats["prefill_s"] += dt
     else: self.stats["decode_s"] += dt
 
+# %% ../nbs/03_engines.ipynb #2f12e7cb
 @patch
 def _decode_step(self:LocalEngine):
     ("One forward for every running row (one new token each); finished rows leave at once, their slots refilled from "
@@ -724,6 +811,7 @@ def _decode_step(self:LocalEngine):
 def _engine_error(e:Exception, status:int) -> EngineError:
     return e if isinstance(e, EngineError) else PermanentError(f"local engine: {type(e).__name__}: {e}", status)
 
+# %% ../nbs/03_engines.ipynb #611564ac
 @patch
 def _iteration(self:LocalEngine, waiting:collections.deque):
     "Take in what arrived, prefill it while slots are free, then run one decode step over every running row."
@@ -759,6 +847,7 @@ def _iteration(self:LocalEngine, waiting:collections.deque):
     try: self._step([])
     except Exception as e: self._fail_running(e)
 
+# %% ../nbs/03_engines.ipynb #7df14014
 @patch
 def _fail_running(self:LocalEngine, e:Exception):
     "A failed decode step fails its rows; the engine goes on."
@@ -766,6 +855,7 @@ def _fail_running(self:LocalEngine, e:Exception):
     self._running.clear()
     self._cache = None
 
+# %% ../nbs/03_engines.ipynb #0d7f9a08
 @patch
 def _iteration_transformers(self:LocalEngine, waiting:collections.deque):
     "transformers' forward: prefill each joining request alone, then one decode step over every running row."
@@ -777,6 +867,7 @@ def _iteration_transformers(self:LocalEngine, waiting:collections.deque):
     try: self._decode_step()
     except Exception as e: self._fail_running(e)
 
+# %% ../nbs/03_engines.ipynb #151ad926
 @patch
 def _loop(self:LocalEngine):
     "The worker thread: iterations, forever, under `torch.inference_mode`."
@@ -790,6 +881,7 @@ def _loop(self:LocalEngine):
 # %% ../nbs/03_engines.ipynb #5b7845ca
 RETRY_STATUS = {408, 429}
 
+# %% ../nbs/03_engines.ipynb #19e2f348
 def _error_message(r) -> str:
     "The server's error message from SGLang's or vLLM's error shapes, else a raw snippet."
     try: body = r.json()
@@ -802,11 +894,13 @@ def _error_message(r) -> str:
         if body.get("detail"): return _snippet(body["detail"])
     return _snippet(body)
 
+# %% ../nbs/03_engines.ipynb #27e714ed
 def attempt_rid(rid, attempt:int):
     ("The request id of attempt `attempt` (1-based): `rid` first, then `{rid}~a{attempt}`, so a retry never reuses a "
      "live id.")
     return rid if rid is None or attempt == 1 else f"{rid}~a{attempt}"
 
+# %% ../nbs/03_engines.ipynb #18588ecf
 class HTTPEngine:
     "Shared HTTP plumbing: one `httpx.AsyncClient`, retries with capped exponential backoff and jitter."
     kind = "http"
@@ -824,136 +918,173 @@ class HTTPEngine:
         self.client = httpx.AsyncClient(base_url=self.url, timeout=self.request_timeout(), transport=transport,
                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
         self.server = {}
-    def request_timeout(self, max_new_tokens:int=0):
-        "An `httpx.Timeout` whose read (and write/pool) budget grows with the tokens a request may generate."
-        import httpx
-        return httpx.Timeout(self.timeout + self.timeout_per_token * max_new_tokens, connect=self.connect_timeout)
-    async def _request(self, method:str, path:str, body=None, max_new_tokens:int=0):
-        ("One request with the fault policy (`body` may be a function of the attempt number); returns "
-         "`(json, attempts)`.")
-        import httpx
-        attempt, timeout = 0, self.request_timeout(max_new_tokens)
-        while True:
-            attempt += 1
-            try:
-                r = await self.client.request(method, path, json=body(attempt) if callable(body) else body,
-                                              timeout=timeout)
-                if r.status_code == 200:
-                    try: return r.json(), attempt
-                    except ValueError: raise PermanentError(f"malformed JSON from {path}: {_snippet(r.text)}", 200)
-                err_cls = TransientError if (r.status_code in RETRY_STATUS or r.status_code >= 500) else PermanentError
-                raise err_cls(f"HTTP {r.status_code} from {path}: {_error_message(r)}", r.status_code)
-            except (httpx.TransportError, TransientError) as e:   # connect/read errors, resets, timeouts
-                msg = e.message if isinstance(e, EngineError) else f"{type(e).__name__}: {e or 'no detail'} ({path})"
-                if attempt > self.max_retries:
-                    raise TransientError(f"gave up after {attempt} attempts: {msg}",
-                                         getattr(e, "status", None)) from None
-                delay = random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
-                await asyncio.sleep(delay)
-    async def wait_ready(self, path:str, wait_s:float=600):
-        "Poll `path` until it answers 200 (the server is up and can generate), for at most `wait_s` seconds."
-        t0 = time.time()
-        while True:
-            try: r = await self.client.get(path)
-            except Exception as e: r = e
-            if getattr(r, "status_code", None) == 200: return
-            if time.time() - t0 > wait_s: raise TransientError(f"{self.url}{path} not ready after {wait_s:.0f} s: "
-                                                               f"{_snippet(str(r))}")
-            await asyncio.sleep(1)
-    async def _max_model_len(self):
-        "`max_model_len` of the first model on `/v1/models` (SGLang and vLLM), or None."
-        try: models, _ = await self._request("GET", "/v1/models")
-        except EngineError: return None
-        data = models.get("data") if isinstance(models, dict) else None
-        n = data[0].get("max_model_len") if data and isinstance(data[0], dict) else None
-        return int(n) if isinstance(n, int) and n > 0 else None
-    async def aclose(self): await self.client.aclose()
-    def info(self) -> dict:
-        return {"kind": self.kind, "url": self.url, "version": self.server.get("version"),
-                "model": self.server.get("model"), "context_length": self.server.get("context_length")}
 
+# %% ../nbs/03_engines.ipynb #b4f6ce2f
+@patch
+def request_timeout(self:HTTPEngine, max_new_tokens:int=0):
+    "An `httpx.Timeout` whose read (and write/pool) budget grows with the tokens a request may generate."
+    import httpx
+    return httpx.Timeout(self.timeout + self.timeout_per_token * max_new_tokens, connect=self.connect_timeout)
+
+# %% ../nbs/03_engines.ipynb #45855561
+@patch
+async def _request(self:HTTPEngine, method:str, path:str, body=None, max_new_tokens:int=0):
+    ("One request with the fault policy (`body` may be a function of the attempt number); returns "
+     "`(json, attempts)`.")
+    import httpx
+    attempt, timeout = 0, self.request_timeout(max_new_tokens)
+    while True:
+        attempt += 1
+        try:
+            r = await self.client.request(method, path, json=body(attempt) if callable(body) else body,
+                                          timeout=timeout)
+            if r.status_code == 200:
+                try: return r.json(), attempt
+                except ValueError: raise PermanentError(f"malformed JSON from {path}: {_snippet(r.text)}", 200)
+            err_cls = TransientError if (r.status_code in RETRY_STATUS or r.status_code >= 500) else PermanentError
+            raise err_cls(f"HTTP {r.status_code} from {path}: {_error_message(r)}", r.status_code)
+        except (httpx.TransportError, TransientError) as e:   # connect/read errors, resets, timeouts
+            msg = e.message if isinstance(e, EngineError) else f"{type(e).__name__}: {e or 'no detail'} ({path})"
+            if attempt > self.max_retries:
+                raise TransientError(f"gave up after {attempt} attempts: {msg}",
+                                     getattr(e, "status", None)) from None
+            delay = random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+            await asyncio.sleep(delay)
+
+# %% ../nbs/03_engines.ipynb #40ea5274
+@patch
+async def wait_ready(self:HTTPEngine, path:str, wait_s:float=600):
+    "Poll `path` until it answers 200 (the server is up and can generate), for at most `wait_s` seconds."
+    t0 = time.time()
+    while True:
+        try: r = await self.client.get(path)
+        except Exception as e: r = e
+        if getattr(r, "status_code", None) == 200: return
+        if time.time() - t0 > wait_s: raise TransientError(f"{self.url}{path} not ready after {wait_s:.0f} s: "
+                                                           f"{_snippet(str(r))}")
+        await asyncio.sleep(1)
+
+# %% ../nbs/03_engines.ipynb #0040ac2a
+@patch
+async def _max_model_len(self:HTTPEngine):
+    "`max_model_len` of the first model on `/v1/models` (SGLang and vLLM), or None."
+    try: models, _ = await self._request("GET", "/v1/models")
+    except EngineError: return None
+    data = models.get("data") if isinstance(models, dict) else None
+    n = data[0].get("max_model_len") if data and isinstance(data[0], dict) else None
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+# %% ../nbs/03_engines.ipynb #b01ef81c
+@patch
+async def aclose(self:HTTPEngine): await self.client.aclose()
+
+# %% ../nbs/03_engines.ipynb #764b5315
+@patch
+def info(self:HTTPEngine) -> dict:
+    return {"kind": self.kind, "url": self.url, "version": self.server.get("version"),
+            "model": self.server.get("model"), "context_length": self.server.get("context_length")}
+
+# %% ../nbs/03_engines.ipynb #a47d8099
 class SGLangEngine(HTTPEngine):
     "SGLang's native `/generate` with `input_ids`: token ids in, `output_ids` out."
     kind = "sglang"
-    async def start(self, wait_s:float=600) -> dict:
-        ("Wait until `/health_generate` answers, then read `/get_server_info`, `/get_model_info` and `/v1/models` (the "
-         "context length).")
-        await self.wait_ready("/health_generate", wait_s)
-        si, _ = await self._request("GET", "/get_server_info")
-        mi, _ = await self._request("GET", "/get_model_info")
-        self.server = {"version": si.get("version"),
-                       "context_length": await self._max_model_len() or si.get("context_length"),
-                       "skip_tokenizer_init": si.get("skip_tokenizer_init"), "dp_size": si.get("dp_size"),
-                       "model": mi.get("model_path"), "tokenizer": mi.get("tokenizer_path")}
-        return self.info()
-    async def generate(self, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
-        "One `/generate` request (a fresh rid per attempt); the answer passes `check_sglang`."
-        t0 = time.time()
-        body = {"input_ids": list(prompt_ids), "sampling_params": sampling.to_sglang(), "stream": False}
-        def at(n): return {**body, "rid": attempt_rid(rid, n)} if rid is not None else body
-        resp, attempts = await self._request("POST", "/generate", at, sampling.max_new_tokens)
-        if isinstance(resp, list): resp = resp[0] if len(resp) == 1 else resp
-        g = check_sglang(resp, prompt_ids)
-        g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
-        if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
-        return g
-    async def generate_many(self, prompts:list, sampling, rids:list|None=None) -> list:
-        ("One batched `/generate` request (a list of `input_ids`; `sampling` one or one per prompt); answers in input "
-         "order, a `PermanentError` in place of a bad one.")
-        t0 = time.time()
-        many = isinstance(sampling, (list, tuple))
-        sp = [s.to_sglang() for s in sampling] if many else sampling.to_sglang()
-        body = {"input_ids": [list(p) for p in prompts], "sampling_params": sp, "stream": False}
-        def at(n): return {**body, "rid": [attempt_rid(r, n) for r in rids]} if rids is not None else body
-        longest = max(s.max_new_tokens for s in sampling) if many else sampling.max_new_tokens
-        resp, attempts = await self._request("POST", "/generate", at, longest)
-        if not isinstance(resp, list) or len(resp) != len(prompts):
-            raise PermanentError(f"a batch of {len(prompts)} got {type(resp).__name__} of "
-                                 f"{len(resp) if isinstance(resp, list) else 1}")
-        out = []
-        for k, (p, r) in enumerate(zip(prompts, resp)):
-            try: g = check_sglang(r, p)
-            except PermanentError as e: g = e
-            else:
-                g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4), batch=len(prompts))
-                if rids is not None: g.meta["rid"] = attempt_rid(rids[k], attempts)
-            out.append(g)
-        return out
 
+# %% ../nbs/03_engines.ipynb #c52831bc
+@patch
+async def start(self:SGLangEngine, wait_s:float=600) -> dict:
+    ("Wait until `/health_generate` answers, then read `/get_server_info`, `/get_model_info` and `/v1/models` (the "
+     "context length).")
+    await self.wait_ready("/health_generate", wait_s)
+    si, _ = await self._request("GET", "/get_server_info")
+    mi, _ = await self._request("GET", "/get_model_info")
+    self.server = {"version": si.get("version"),
+                   "context_length": await self._max_model_len() or si.get("context_length"),
+                   "skip_tokenizer_init": si.get("skip_tokenizer_init"), "dp_size": si.get("dp_size"),
+                   "model": mi.get("model_path"), "tokenizer": mi.get("tokenizer_path")}
+    return self.info()
+
+# %% ../nbs/03_engines.ipynb #8b669d97
+@patch
+async def generate(self:SGLangEngine, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
+    "One `/generate` request (a fresh rid per attempt); the answer passes `check_sglang`."
+    t0 = time.time()
+    body = {"input_ids": list(prompt_ids), "sampling_params": sampling.to_sglang(), "stream": False}
+    def at(n): return {**body, "rid": attempt_rid(rid, n)} if rid is not None else body
+    resp, attempts = await self._request("POST", "/generate", at, sampling.max_new_tokens)
+    if isinstance(resp, list): resp = resp[0] if len(resp) == 1 else resp
+    g = check_sglang(resp, prompt_ids)
+    g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
+    if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
+    return g
+
+# %% ../nbs/03_engines.ipynb #c2f0fd73
+@patch
+async def generate_many(self:SGLangEngine, prompts:list, sampling, rids:list|None=None) -> list:
+    ("One batched `/generate` request (a list of `input_ids`; `sampling` one or one per prompt); answers in input "
+     "order, a `PermanentError` in place of a bad one.")
+    t0 = time.time()
+    many = isinstance(sampling, (list, tuple))
+    sp = [s.to_sglang() for s in sampling] if many else sampling.to_sglang()
+    body = {"input_ids": [list(p) for p in prompts], "sampling_params": sp, "stream": False}
+    def at(n): return {**body, "rid": [attempt_rid(r, n) for r in rids]} if rids is not None else body
+    longest = max(s.max_new_tokens for s in sampling) if many else sampling.max_new_tokens
+    resp, attempts = await self._request("POST", "/generate", at, longest)
+    if not isinstance(resp, list) or len(resp) != len(prompts):
+        raise PermanentError(f"a batch of {len(prompts)} got {type(resp).__name__} of "
+                             f"{len(resp) if isinstance(resp, list) else 1}")
+    out = []
+    for k, (p, r) in enumerate(zip(prompts, resp)):
+        try: g = check_sglang(r, p)
+        except PermanentError as e: g = e
+        else:
+            g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4), batch=len(prompts))
+            if rids is not None: g.meta["rid"] = attempt_rid(rids[k], attempts)
+        out.append(g)
+    return out
+
+# %% ../nbs/03_engines.ipynb #7c4b264d
 class VLLMEngine(HTTPEngine):
     "vLLM's `/v1/completions` with a token-id prompt and `return_token_ids`."
     kind = "vllm"
-    async def start(self, wait_s:float=600) -> dict:
-        "Wait for `/health`, then read the served model name and `max_model_len` (`/v1/models`) and `/version`."
-        await self.wait_ready("/health", wait_s)
-        models, _ = await self._request("GET", "/v1/models")
-        m = models["data"][0]
-        try: version = (await self._request("GET", "/version"))[0].get("version")
-        except EngineError: version = None
-        self.server = {"version": version, "model": m["id"], "context_length": m.get("max_model_len")}
-        return self.info()
-    async def generate(self, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
-        "One completion request (a fresh request id per attempt); the answer passes `check_vllm`."
-        t0 = time.time()
-        body = {"model": self.server.get("model"), "prompt": list(prompt_ids), "n": 1, "stream": False,
-                "return_token_ids": True, **sampling.to_vllm()}
-        def at(n): return {**body, "request_id": attempt_rid(rid, n)} if rid is not None else body
-        resp, attempts = await self._request("POST", "/v1/completions", at, sampling.max_new_tokens)
-        ch = (resp.get("choices") or [None])[0] if isinstance(resp, dict) else None
-        g = check_vllm(ch, prompt_ids, resp.get("usage") if isinstance(resp, dict) else None)
-        if g.usage.get("completion_tokens") not in (None, len(g.output_ids)):
-            raise PermanentError(f"usage.completion_tokens={g.usage['completion_tokens']} != "
-                                 f"len(token_ids)={len(g.output_ids)}")
-        if g.usage.get("prompt_tokens") not in (None, len(prompt_ids)):
-            raise PermanentError(f"usage.prompt_tokens={g.usage['prompt_tokens']} != "
-                                 f"len(prompt_ids)={len(prompt_ids)}: "
-                                 "the server did not generate from the prompt sent")
-        g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
-        if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
-        return g
 
+# %% ../nbs/03_engines.ipynb #14f4641e
+@patch
+async def start(self:VLLMEngine, wait_s:float=600) -> dict:
+    "Wait for `/health`, then read the served model name and `max_model_len` (`/v1/models`) and `/version`."
+    await self.wait_ready("/health", wait_s)
+    models, _ = await self._request("GET", "/v1/models")
+    m = models["data"][0]
+    try: version = (await self._request("GET", "/version"))[0].get("version")
+    except EngineError: version = None
+    self.server = {"version": version, "model": m["id"], "context_length": m.get("max_model_len")}
+    return self.info()
+
+# %% ../nbs/03_engines.ipynb #b7619c43
+@patch
+async def generate(self:VLLMEngine, prompt_ids:list, sampling:Sampling, rid:str|None=None) -> Generation:
+    "One completion request (a fresh request id per attempt); the answer passes `check_vllm`."
+    t0 = time.time()
+    body = {"model": self.server.get("model"), "prompt": list(prompt_ids), "n": 1, "stream": False,
+            "return_token_ids": True, **sampling.to_vllm()}
+    def at(n): return {**body, "request_id": attempt_rid(rid, n)} if rid is not None else body
+    resp, attempts = await self._request("POST", "/v1/completions", at, sampling.max_new_tokens)
+    ch = (resp.get("choices") or [None])[0] if isinstance(resp, dict) else None
+    g = check_vllm(ch, prompt_ids, resp.get("usage") if isinstance(resp, dict) else None)
+    if g.usage.get("completion_tokens") not in (None, len(g.output_ids)):
+        raise PermanentError(f"usage.completion_tokens={g.usage['completion_tokens']} != "
+                             f"len(token_ids)={len(g.output_ids)}")
+    if g.usage.get("prompt_tokens") not in (None, len(prompt_ids)):
+        raise PermanentError(f"usage.prompt_tokens={g.usage['prompt_tokens']} != "
+                             f"len(prompt_ids)={len(prompt_ids)}: "
+                             "the server did not generate from the prompt sent")
+    g.meta.update(attempts=attempts, latency_s=round(time.time() - t0, 4))
+    if rid is not None: g.meta["rid"] = attempt_rid(rid, attempts)
+    return g
+
+# %% ../nbs/03_engines.ipynb #8af3d144
 ENGINES = {"sglang": SGLangEngine, "vllm": VLLMEngine}
 
+# %% ../nbs/03_engines.ipynb #b8886bc6
 def make_engine(kind:str, url:str|None=None, target=None, **kw):
     "An engine by kind: `sglang` / `vllm` (with `url`) or `local` (with `target`)."
     if kind == "local":
