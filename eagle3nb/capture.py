@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib, json, os, shutil, time
 from contextlib import contextmanager
 from pathlib import Path
+from fastcore.basics import patch
 from .core import (InputError, JsonlReader, JsonlWriter, read_json, read_manifest, write_json,
                            write_jsonl_atomic, write_manifest)
 from .models import load_target
@@ -30,9 +31,11 @@ def base_model(model):
     "The transformer without its LM head (what `AutoModelForCausalLM` wraps)."
     return getattr(model, getattr(model, "base_model_prefix", "model"), None) or model.model
 
+# %% ../nbs/07_capture.ipynb #55ae2d4e
 def decoder_layers(model):
     return base_model(model).layers
 
+# %% ../nbs/07_capture.ipynb #29d0c06f
 @contextmanager
 def catch_aux(model, aux_layers:list):
     "While open, catch the state entering each decoder layer in `aux_layers` (HF indices); yields `aux(device)`."
@@ -48,6 +51,7 @@ def catch_aux(model, aux_layers:list):
     finally:
         for h in hooks: h.remove()
 
+# %% ../nbs/07_capture.ipynb #fe7ed9a0
 def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
     "Run one right-padded batch; return `(aux [B,T,3H], final [B,T,H], lengths)` as tensors in the model dtype."
     import torch
@@ -65,11 +69,13 @@ def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
 _DT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
        "float32": "float32", "fp32": "float32"}
 
+# %% ../nbs/07_capture.ipynb #4a2ebd7c
 def record_hash(input_ids:list, loss_mask:list) -> str:
     "A short hash of a record's validated content; a row whose hash differs is stale (validate re-run, another mask)."
     content = json.dumps([list(input_ids), list(loss_mask)], separators=(",", ":"))
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
+# %% ../nbs/07_capture.ipynb #5ef0185b
 class ShardWriter:
     "Accumulate samples and write safetensors shards (with their index files) atomically, `shard_tokens` at a time."
     def __init__(self, out_dir, prefix:str, dtype:str="bfloat16", shard_tokens:int=1 << 16, start:int=0):
@@ -77,31 +83,38 @@ class ShardWriter:
         self.dir, self.prefix, self.dtype = Path(out_dir), prefix, getattr(torch, _DT[dtype])
         self.shard_tokens, self.k, self.buf, self.n_tok = shard_tokens, start, [], 0
         self.dir.mkdir(parents=True, exist_ok=True)
-    def add(self, sid:str, aux, final, input_ids:list, loss_mask:list):
-        import torch
-        self.buf.append((sid, aux.to(self.dtype).contiguous(), final.to(self.dtype).contiguous(),
-                         torch.tensor(input_ids, dtype=torch.int32), torch.tensor(loss_mask, dtype=torch.uint8)))
-        self.n_tok += len(input_ids)
-        if self.n_tok >= self.shard_tokens: self.flush()
-    def flush(self):
-        import torch
-        from safetensors.torch import save_file
-        if not self.buf: return
-        name = f"{self.prefix}-{self.k:05d}.safetensors"
-        rows, off = [], 0
-        for sid, a, f, i, m in self.buf:
-            rows.append({"id": sid, "shard": name, "offset": off, "length": len(i),
-                         "hash": record_hash(i.tolist(), m.tolist())})
-            off += len(i)
-        tensors = {"aux": torch.cat([b[1] for b in self.buf]), "final": torch.cat([b[2] for b in self.buf]),
-                   "input_ids": torch.cat([b[3] for b in self.buf]), "loss_mask": torch.cat([b[4] for b in self.buf])}
-        tmp = self.dir/(name + ".tmp")
-        save_file(tensors, str(tmp))
-        write_jsonl_atomic(self.dir/(name + ".index.jsonl"), rows)
-        os.replace(tmp, self.dir/name)                       # the shard counts from here on
-        self.k, self.buf, self.n_tok = self.k + 1, [], 0
-        return rows
 
+# %% ../nbs/07_capture.ipynb #edd8eeab
+@patch
+def add(self:ShardWriter, sid:str, aux, final, input_ids:list, loss_mask:list):
+    import torch
+    self.buf.append((sid, aux.to(self.dtype).contiguous(), final.to(self.dtype).contiguous(),
+                     torch.tensor(input_ids, dtype=torch.int32), torch.tensor(loss_mask, dtype=torch.uint8)))
+    self.n_tok += len(input_ids)
+    if self.n_tok >= self.shard_tokens: self.flush()
+
+# %% ../nbs/07_capture.ipynb #7f5cbc19
+@patch
+def flush(self:ShardWriter):
+    import torch
+    from safetensors.torch import save_file
+    if not self.buf: return
+    name = f"{self.prefix}-{self.k:05d}.safetensors"
+    rows, off = [], 0
+    for sid, a, f, i, m in self.buf:
+        rows.append({"id": sid, "shard": name, "offset": off, "length": len(i),
+                     "hash": record_hash(i.tolist(), m.tolist())})
+        off += len(i)
+    tensors = {"aux": torch.cat([b[1] for b in self.buf]), "final": torch.cat([b[2] for b in self.buf]),
+               "input_ids": torch.cat([b[3] for b in self.buf]), "loss_mask": torch.cat([b[4] for b in self.buf])}
+    tmp = self.dir/(name + ".tmp")
+    save_file(tensors, str(tmp))
+    write_jsonl_atomic(self.dir/(name + ".index.jsonl"), rows)
+    os.replace(tmp, self.dir/name)                       # the shard counts from here on
+    self.k, self.buf, self.n_tok = self.k + 1, [], 0
+    return rows
+
+# %% ../nbs/07_capture.ipynb #98c02024
 def shard_rows(shard_dir) -> list:
     "Every index row of every shard whose file and index both exist (any rank's); removes half-written leftovers."
     d, rows = Path(shard_dir), []
@@ -115,10 +128,12 @@ def shard_rows(shard_dir) -> list:
         rows += [r for _, r in JsonlReader(idx)]
     return rows
 
+# %% ../nbs/07_capture.ipynb #7ccb84fb
 def complete_shards(shard_dir) -> dict:
     "`{sample id: index row}` over complete shards (a later shard's row for an id wins)."
     return {r["id"]: r for r in shard_rows(shard_dir)}
 
+# %% ../nbs/07_capture.ipynb #1a0686f1
 class CaptureReader:
     "Memory-mapped access to captured samples by id."
     def __init__(self, capture_dir):
@@ -145,6 +160,7 @@ def _dist():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return int(os.environ.get("RANK", "0")), world, world > 1
 
+# %% ../nbs/07_capture.ipynb #7aacba2f
 def first_nonfinite(named:dict):
     "`(name, token)` of the first NaN/Inf among named `[T, D]` tensors, or None."
     import torch
@@ -153,6 +169,7 @@ def first_nonfinite(named:dict):
         if not ok.all(): return name, int((~ok).nonzero()[0])
     return None
 
+# %% ../nbs/07_capture.ipynb #623df6b5
 def _batches(recs:list, batch_tokens:int):
     "Length-sorted batches whose padded size stays within `batch_tokens` (a longer record runs alone)."
     b, longest = [], 0
@@ -172,6 +189,7 @@ def capture_config(tgt, aux_layers:list, dtype:str, model_dtype:str) -> dict:
     return {"aux_layers_hf": list(aux_layers), "dtype": _DT[dtype], "model_dtype": model_dtype,
             "target": str(tgt.path), "target_config_sha256": cfg_hash}
 
+# %% ../nbs/07_capture.ipynb #976000c8
 def lock_config(out, cfg:dict, fresh:bool=False, write:bool=True):
     "Write `out/config.json` before the first shard, or refuse a directory holding a capture of another configuration."
     out = Path(out)
@@ -197,10 +215,12 @@ def _fresh_rows(rows, current:dict) -> dict:
     "`{id: row}` of the rows whose hash matches the record's current content (stale and unknown rows dropped)."
     return {o["id"]: o for o in rows if o.get("hash") is not None and current.get(o["id"]) == o.get("hash")}
 
+# %% ../nbs/07_capture.ipynb #537b7960
 def _rows_of(out, pattern:str) -> list:
     "Rows of every rank's files matching `pattern` (a resume under another world size sees them all)."
     return [o for p in sorted(Path(out).glob(pattern)) for _, o in JsonlReader(p)]
 
+# %% ../nbs/07_capture.ipynb #e66da5ff
 def read_records(run, records=None) -> tuple:
     "`(path, records)` of the validated records a capture reads (`run/validate/records.jsonl` unless `records`)."
     rpath = Path(records) if records else Path(run)/"validate"/"records.jsonl"
@@ -208,6 +228,87 @@ def read_records(run, records=None) -> tuple:
         raise InputError(f"{rpath}: no validated records; run `eagle3nb validate` first")
     return rpath, [o for _, o in JsonlReader(rpath)]
 
+# %% ../nbs/07_capture.ipynb #4b60b6ab
+def _settled(out, sdir, current:dict) -> set:
+    "Ids captured, quarantined or skipped with the record's current content, by any rank of any earlier run."
+    return (set(_fresh_rows(shard_rows(sdir), current))
+            | set(_fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current))
+            | set(_fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)))
+
+# %% ../nbs/07_capture.ipynb #f6a6ab4b
+def _skip_long(todo:list, max_tokens:int, max_tokens_why:str, current:dict, kw) -> list:
+    "The records of `todo` that fit in `max_tokens`; each longer one is written to `kw` as skipped, with the reason."
+    fits = []
+    for r in todo:
+        if len(r["input_ids"]) > max_tokens:
+            why = f"{len(r['input_ids'])} tokens > max_tokens={max_tokens}"
+            why += f" ({max_tokens_why})" if max_tokens_why else ""
+            kw.write({"id": r["id"], "hash": current[r["id"]], "reason": why})
+        else: fits.append(r)
+    return fits
+
+# %% ../nbs/07_capture.ipynb #01fabcb5
+def _named_states(a, f, aux_layers:list, H:int) -> dict:
+    "The aux states of `a` by layer and the final state `f`, named for `first_nonfinite`."
+    return {**{f"aux layer {li}": a[:, k * H:(k + 1) * H] for k, li in enumerate(aux_layers)}, "final": f}
+
+# %% ../nbs/07_capture.ipynb #7f936a51
+def _capture_rank(out, sdir, rank:int, todo:list, states, current:dict, aux_layers:list, H:int, dtype:str,
+                  shard_tokens:int, max_tokens:int, max_tokens_why:str, progress:bool) -> int:
+    "This rank's records: each skipped, captured, quarantined or failed, into its own files; the tokens captured."
+    from tqdm.auto import tqdm
+    qpath, kpath, fpath = out/f"quarantine-r{rank}.jsonl", out/f"skipped-r{rank}.jsonl", out/f"failed-r{rank}.jsonl"
+    fpath.unlink(missing_ok=True)                       # failures are not settled: this run retries and lists its own
+    start = 1 + max((int(p.name.split("-")[1].split(".")[0]) for p in sdir.glob(f"r{rank}-*.safetensors")),
+                    default=-1)
+    writer = ShardWriter(sdir, f"r{rank}", dtype, shard_tokens, start)
+    n_tok = 0
+    with JsonlWriter(qpath) as qw, JsonlWriter(kpath) as kw, JsonlWriter(fpath) as fw:
+        fits = _skip_long(todo, max_tokens, max_tokens_why, current, kw)
+        bar = tqdm(total=sum(len(r["input_ids"]) for r in fits), desc=f"capture r{rank}", unit="tok",
+                   disable=not progress or rank != 0)
+        for r, aux, final, failed in states(fits):
+            bar.update(len(r["input_ids"]))
+            if failed is not None:
+                fw.write({"id": r["id"], "hash": current[r["id"]], "reason": failed})
+                continue
+            a, f = aux.to(writer.dtype).cpu(), final.to(writer.dtype).cpu()   # check what is stored
+            bad = first_nonfinite(_named_states(a, f, aux_layers, H))
+            if bad:
+                why = f"non-finite values in {bad[0]} (HF index) at token {bad[1]}"
+                if first_nonfinite(_named_states(aux, final, aux_layers, H)) is None:
+                    why += (f" after the cast to {_DT[dtype]} (beyond its range): "
+                            "capture with --dtype bfloat16 or float32")
+                qw.write({"id": r["id"], "hash": current[r["id"]], "reason": why})
+                continue
+            writer.add(r["id"], a, f, r["input_ids"], r["loss_mask"])
+            n_tok += len(r["input_ids"])
+        writer.flush()
+        bar.close()
+    return n_tok
+
+# %% ../nbs/07_capture.ipynb #0af5c9c7
+def _index_counts(out, sdir, all_recs:list, current:dict, n_tok:int) -> dict:
+    "Merge every rank's complete shards into `out/index.jsonl`; the counts, every record accounted for."
+    on_file = shard_rows(sdir)
+    index = _fresh_rows(on_file, current)
+    quarantined = _fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current)
+    skipped = _fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)
+    failed = {i: o for i, o in _fresh_rows(_rows_of(out, "failed-r*.jsonl"), current).items()
+              if i not in index and i not in quarantined and i not in skipped}
+    rows = [index[r["id"]] for r in all_recs if r["id"] in index]
+    write_jsonl_atomic(out/"index.jsonl", rows)
+    tokens = sum(x["length"] for x in rows)
+    counts = {"records": len(all_recs), "captured": len(rows), "quarantined": len(quarantined), "skipped": len(skipped),
+              "failed": len(failed),   # not settled: a rerun retries them (reasons in failed-r*.jsonl)
+              "tokens": tokens, "shards": len(list(sdir.glob("*.safetensors"))), "this_run_tokens_rank0": n_tok,
+              "stale_rows": len(on_file) - len(index)}   # rows of records changed (or gone) since they were captured
+    if len(rows) + len(quarantined) + len(skipped) + len(failed) != len(all_recs):
+        raise RuntimeError(f"accounting error in {out}: captured {len(rows)} + quarantined {len(quarantined)} + "
+                           f"skipped {len(skipped)} + failed {len(failed)} != records {len(all_recs)}")
+    return counts
+
+# %% ../nbs/07_capture.ipynb #1e26542d
 def run_capture(run, # run directory: writes run/capture
                 tgt, # the `Target` (its config gives H and L)
                 aux_layers:list, # HF hidden-state indices
@@ -221,7 +322,6 @@ def run_capture(run, # run directory: writes run/capture
                 t0:float|None=None) -> dict|None:
     "The loop every capture engine shares: config lock, resume, skips, NaN quarantine, shards, index, manifest."
     import torch
-    from tqdm.auto import tqdm
     t0, run = t0 or time.time(), Path(run)
     rank, world, distributed = _dist()
     rpath, all_recs = read_records(run, records)
@@ -236,68 +336,18 @@ def run_capture(run, # run directory: writes run/capture
     current = {r["id"]: record_hash(r["input_ids"], r["loss_mask"]) for r in all_recs}
     mine = [r for i, r in enumerate(all_recs) if i % world == rank]
     # settled: captured, quarantined or skipped with the record's current content, by any rank of any earlier run
-    settled = (set(_fresh_rows(shard_rows(sdir), current))
-               | set(_fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current))
-               | set(_fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)))
+    settled = _settled(out, sdir, current)
     todo = [r for r in mine if r["id"] not in settled]
-    qpath, kpath, fpath = out/f"quarantine-r{rank}.jsonl", out/f"skipped-r{rank}.jsonl", out/f"failed-r{rank}.jsonl"
-    fpath.unlink(missing_ok=True)                       # failures are not settled: this run retries and lists its own
-    start = 1 + max((int(p.name.split("-")[1].split(".")[0]) for p in sdir.glob(f"r{rank}-*.safetensors")),
-                    default=-1)
-    writer = ShardWriter(sdir, f"r{rank}", dtype, shard_tokens, start)
-    n_tok = 0
-    def named(a, f):
-        return {**{f"aux layer {li}": a[:, k * H:(k + 1) * H] for k, li in enumerate(aux_layers)}, "final": f}
-    with JsonlWriter(qpath) as qw, JsonlWriter(kpath) as kw, JsonlWriter(fpath) as fw:
-        fits = []
-        for r in todo:
-            if len(r["input_ids"]) > max_tokens:
-                why = f"{len(r['input_ids'])} tokens > max_tokens={max_tokens}"
-                why += f" ({max_tokens_why})" if max_tokens_why else ""
-                kw.write({"id": r["id"], "hash": current[r["id"]], "reason": why})
-            else: fits.append(r)
-        bar = tqdm(total=sum(len(r["input_ids"]) for r in fits), desc=f"capture r{rank}", unit="tok",
-                   disable=not progress or rank != 0)
-        for r, aux, final, failed in states(fits):
-            bar.update(len(r["input_ids"]))
-            if failed is not None:
-                fw.write({"id": r["id"], "hash": current[r["id"]], "reason": failed})
-                continue
-            a, f = aux.to(writer.dtype).cpu(), final.to(writer.dtype).cpu()   # check what is stored
-            bad = first_nonfinite(named(a, f))
-            if bad:
-                why = f"non-finite values in {bad[0]} (HF index) at token {bad[1]}"
-                if first_nonfinite(named(aux, final)) is None:
-                    why += (f" after the cast to {_DT[dtype]} (beyond its range): "
-                            "capture with --dtype bfloat16 or float32")
-                qw.write({"id": r["id"], "hash": current[r["id"]], "reason": why})
-                continue
-            writer.add(r["id"], a, f, r["input_ids"], r["loss_mask"])
-            n_tok += len(r["input_ids"])
-        writer.flush()
-        bar.close()
+    n_tok = _capture_rank(out, sdir, rank, todo, states, current, aux_layers, H, dtype, shard_tokens, max_tokens,
+                          max_tokens_why, progress)
     if distributed:
         import torch.distributed as dist
         dist.barrier()
     if rank != 0: return None
-    on_file = shard_rows(sdir)
-    index = _fresh_rows(on_file, current)
-    quarantined = _fresh_rows(_rows_of(out, "quarantine-r*.jsonl"), current)
-    skipped = _fresh_rows(_rows_of(out, "skipped-r*.jsonl"), current)
-    failed = {i: o for i, o in _fresh_rows(_rows_of(out, "failed-r*.jsonl"), current).items()
-              if i not in index and i not in quarantined and i not in skipped}
-    rows = [index[r["id"]] for r in all_recs if r["id"] in index]
-    write_jsonl_atomic(out/"index.jsonl", rows)
-    tokens = sum(x["length"] for x in rows)
+    counts = _index_counts(out, sdir, all_recs, current, n_tok)
+    tokens = counts["tokens"]
     shard_bytes = sum(p.stat().st_size for p in sdir.glob("*.safetensors"))
     esize = torch.tensor([], dtype=getattr(torch, _DT[dtype])).element_size()
-    counts = {"records": len(all_recs), "captured": len(rows), "quarantined": len(quarantined), "skipped": len(skipped),
-              "failed": len(failed),   # not settled: a rerun retries them (reasons in failed-r*.jsonl)
-              "tokens": tokens, "shards": len(list(sdir.glob("*.safetensors"))), "this_run_tokens_rank0": n_tok,
-              "stale_rows": len(on_file) - len(index)}   # rows of records changed (or gone) since they were captured
-    if len(rows) + len(quarantined) + len(skipped) + len(failed) != len(all_recs):
-        raise RuntimeError(f"accounting error in {out}: captured {len(rows)} + quarantined {len(quarantined)} + "
-                           f"skipped {len(skipped)} + failed {len(failed)} != records {len(all_recs)}")
     return write_manifest(out, "capture",
         config={"records": str(rpath), "target": str(tgt.path), "num_layers": L, "hidden_size": H,
                 "aux_layers_hf": list(aux_layers), "aux_layers_sglang": sglang_layer_ids(aux_layers),
@@ -309,6 +359,7 @@ def run_capture(run, # run directory: writes run/capture
         storage={"bytes": shard_bytes, "bytes_per_token": round(shard_bytes / tokens, 2) if tokens else None,
                  "minimum_bytes_per_token": 4 * H * esize + 5})
 
+# %% ../nbs/07_capture.ipynb #b1610136
 def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             target=None, # model dir or name (default: the one validation used)
             aux_layers:list|None=None, # HF hidden-state indices (default [2, L//2, L-3])
