@@ -6,6 +6,7 @@
 from __future__ import annotations
 import hashlib, json, os, shlex, shutil, time, uuid
 from pathlib import Path
+from fastcore.basics import patch
 from .core import InputError, first_diff, read_json, read_manifest
 from .capture import _DT, capture_config, default_aux_layers, read_records, run_capture
 from .models import cache_dir, load_target
@@ -17,6 +18,7 @@ __all__ = ['CONNECTOR_MODULE', 'CONNECTOR_CLASS', 'server_layer_ids', 'connector
 # %% ../nbs/07b_capture_vllm.ipynb #fd8ac461
 CONNECTOR_MODULE, CONNECTOR_CLASS = "eagle3nb_vllm_connector", "HiddenStatesConnector"
 
+# %% ../nbs/07b_capture_vllm.ipynb #a1adf720
 def server_layer_ids(aux_layers:list, num_layers:int) -> list:
     "vLLM's `eagle_aux_hidden_state_layer_ids`: the aux layers and L (pre-norm), ascending as vLLM writes them."
     for li in aux_layers:
@@ -24,6 +26,7 @@ def server_layer_ids(aux_layers:list, num_layers:int) -> list:
             raise InputError(f"aux layer {li} outside 0..{num_layers - 1} (HF hidden-state indices)")
     return sorted(set(aux_layers) | {num_layers})
 
+# %% ../nbs/07b_capture_vllm.ipynb #80a58a40
 def connector_dir() -> Path:
     "A folder holding only `eagle3nb_vllm_connector.py` (our connector) for the vLLM server's PYTHONPATH."
     import eagle3nb
@@ -36,6 +39,7 @@ def connector_dir() -> Path:
         os.replace(tmp, dst)
     return d
 
+# %% ../nbs/07b_capture_vllm.ipynb #0c43bca2
 def vllm_server_args(target, # model dir or name
                      layers:list|None=None, # aux layers as HF indices (default [2, L//2, L-3])
                      storage_dir="/tmp/eagle3nb-hidden-states", # where the server writes one file per request
@@ -53,6 +57,7 @@ def vllm_server_args(target, # model dir or name
     kv.update({"kv_role": "kv_producer", "kv_connector_extra_config": {"shared_storage_path": str(storage_dir)}})
     return ["--speculative-config", json.dumps(spec), "--kv-transfer-config", json.dumps(kv)]
 
+# %% ../nbs/07b_capture_vllm.ipynb #6145ea2b
 def vllm_capture_command(target, # model dir or name
                          layers:list|None=None, # aux layers as HF indices (default [2, L//2, L-3])
                          storage_dir="/tmp/eagle3nb-hidden-states", # the server's output folder, seen by the capture
@@ -89,6 +94,7 @@ def read_hidden_states(path, # `kv_transfer_params.hidden_states_path` of a vLLM
             except FileNotFoundError: pass
     return hs, ids, meta
 
+# %% ../nbs/07b_capture_vllm.ipynb #20b1d931
 def _norm_weight(model_dir):
     "The final norm's weight (`model.norm.weight`, or a language model's `…model.norm.weight`), read alone."
     from safetensors import safe_open
@@ -103,6 +109,7 @@ def _norm_weight(model_dir):
                          "pre-norm and the capture stores the post-norm final state, so it needs that weight")
     with safe_open(str(d/names[found[0]]), framework="pt") as f: return f.get_tensor(found[0])
 
+# %% ../nbs/07b_capture_vllm.ipynb #dfbff9a7
 def final_norm(tgt):
     "The target's final RMSNorm as a function of pre-norm states, as HF's `LlamaRMSNorm` computes it."
     import torch
@@ -132,8 +139,11 @@ def vllm_states_to_capture(hidden_states, # `[T, n, H]` as vLLM wrote them: `ser
 # %% ../nbs/07b_capture_vllm.ipynb #7ac2ae62
 class _Retry(Exception): "A transient failure (connection, 5xx): try again."
 class _Reject(Exception): "The server refused this record (4xx): fail it with the reason."
+
+# %% ../nbs/07b_capture_vllm.ipynb #8e5119b7
 _START = "start it with the command `eagle3nb capture --engine vllm --print_server_command` prints"
 
+# %% ../nbs/07b_capture_vllm.ipynb #7aa46802
 class VllmHiddenStates:
     "One vLLM server writing hidden states: a token-id prompt in, `(hidden_states [T, n, H], token_ids, metadata)` out."
     def __init__(self, url:str, timeout:float=600, tag:str="x"):
@@ -144,29 +154,36 @@ class VllmHiddenStates:
         except (httpx.HTTPError, ValueError, KeyError) as e:
             raise InputError(f"--url {url}: no vLLM server answers /v1/models ({e}); {_START}")
         self.model, self.max_model_len = data[0]["id"], data[0].get("max_model_len")
-    def states(self, input_ids:list) -> tuple:
-        import httpx
-        try:
-            r = self.http.post(self.url + "/v1/completions",
-                               headers={"X-Request-Id": f"eagle3nb-{self.tag}-{uuid.uuid4().hex[:16]}"},
-                               json={"model": self.model, "prompt": list(input_ids), "max_tokens": 1, "temperature": 0})
-        except httpx.TransportError as e: raise _Retry(f"{type(e).__name__}: {e}")
-        if r.status_code >= 500: raise _Retry(f"HTTP {r.status_code}: {r.text[:300]}")
-        if r.status_code != 200: raise _Reject(f"HTTP {r.status_code} from {self.url}: {r.text[:300]}")
-        path = (r.json().get("kv_transfer_params") or {}).get("hidden_states_path")
-        if not path:
-            raise InputError(f"{self.url} answered without kv_transfer_params.hidden_states_path: it was not "
-                             f"started for hidden-state extraction; {_START}")
-        if not (os.path.exists(path + ".lock") or os.path.exists(path)):   # the lock exists before the answer leaves
-            raise InputError(f"{self.url} wrote its hidden states to {path}, which this machine cannot see: run the "
-                             "capture on the server's node, or give the server a shared_storage_path on a mount both "
-                             "see at the same path")
-        self.storage = os.path.dirname(path)
-        try: return read_hidden_states(path)
-        except FileNotFoundError:
-            raise _Retry(f"{self.url} released {path}.lock without writing the file (see the server's log)")
-    def close(self): self.http.close()
 
+# %% ../nbs/07b_capture_vllm.ipynb #a84d1b69
+@patch
+def states(self:VllmHiddenStates, input_ids:list) -> tuple:
+    import httpx
+    try:
+        r = self.http.post(self.url + "/v1/completions",
+                           headers={"X-Request-Id": f"eagle3nb-{self.tag}-{uuid.uuid4().hex[:16]}"},
+                           json={"model": self.model, "prompt": list(input_ids), "max_tokens": 1, "temperature": 0})
+    except httpx.TransportError as e: raise _Retry(f"{type(e).__name__}: {e}")
+    if r.status_code >= 500: raise _Retry(f"HTTP {r.status_code}: {r.text[:300]}")
+    if r.status_code != 200: raise _Reject(f"HTTP {r.status_code} from {self.url}: {r.text[:300]}")
+    path = (r.json().get("kv_transfer_params") or {}).get("hidden_states_path")
+    if not path:
+        raise InputError(f"{self.url} answered without kv_transfer_params.hidden_states_path: it was not "
+                         f"started for hidden-state extraction; {_START}")
+    if not (os.path.exists(path + ".lock") or os.path.exists(path)):   # the lock exists before the answer leaves
+        raise InputError(f"{self.url} wrote its hidden states to {path}, which this machine cannot see: run the "
+                         "capture on the server's node, or give the server a shared_storage_path on a mount both "
+                         "see at the same path")
+    self.storage = os.path.dirname(path)
+    try: return read_hidden_states(path)
+    except FileNotFoundError:
+        raise _Retry(f"{self.url} released {path}.lock without writing the file (see the server's log)")
+
+# %% ../nbs/07b_capture_vllm.ipynb #b8eb0818
+@patch
+def close(self:VllmHiddenStates): self.http.close()
+
+# %% ../nbs/07b_capture_vllm.ipynb #81275148
 def _probe(servers, probe:list, want:list, H:int, tgt, aux_layers:list) -> tuple:
     "One short request per server before anything is written; `(server dtype, how the layers were verified)`."
     server_dtype, verified, L = None, "layer ids (file metadata)", want[-1]
@@ -192,6 +209,55 @@ def _probe(servers, probe:list, want:list, H:int, tgt, aux_layers:list) -> tuple
         server_dtype = d
     return server_dtype, verified
 
+# %% ../nbs/07b_capture_vllm.ipynb #9941aeaa
+def _fetch(r, s, retries:int, want:list, H:int, aux_layers:list, L:int, norm) -> tuple:
+    "One record through one server: `(aux, final, None)` or `(None, None, reason)`."
+    last = None
+    for attempt in range(retries + 1):
+        try:
+            hs, ids, meta = s.states(r["input_ids"])
+            break
+        except _Reject as e: return None, None, str(e)
+        except _Retry as e:
+            last = str(e)
+            time.sleep(min(2 ** attempt, 10))
+    else: return None, None, f"{s.url}: {last} (after {retries + 1} tries)"
+    ids, n = ids.tolist(), len(r["input_ids"])
+    if ids != r["input_ids"]:
+        i = first_diff(ids, r["input_ids"])
+        j = max(0, i - 2)
+        return None, None, (f"token echo from {s.url} differs from the record at token {i} of {n}: server "
+                            f"{ids[j:i + 3]} (len {len(ids)}), record {r['input_ids'][j:i + 3]}")
+    got = json.loads(meta.get("eagle_aux_hidden_state_layer_ids", "null"))
+    if got is not None and got != want:
+        return None, None, f"{s.url} wrote layers {got}, not {want} (restarted with other layers?)"
+    if tuple(hs.shape) != (n, len(want), H):
+        return None, None, f"{s.url} wrote states {tuple(hs.shape)}, not {(n, len(want), H)}"
+    return (*vllm_states_to_capture(hs, aux_layers, L, norm), None)
+
+# %% ../nbs/07b_capture_vllm.ipynb #d2110b79
+def _spread(fits, servers:list, concurrency:int, fetch):
+    ("Yield `(record, *fetch(record, server))` as each finishes: `concurrency` requests in flight per server, "
+     "each sent to the least busy one.")
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    pending, load, inflight = iter(fits), {s.url: 0 for s in servers}, {}
+    with ThreadPoolExecutor(concurrency * len(servers), thread_name_prefix="capture-vllm") as pool:
+        def submit():
+            r = next(pending, None)
+            if r is None: return
+            s = min(servers, key=lambda s: load[s.url])        # the least busy server
+            load[s.url] += 1
+            inflight[pool.submit(fetch, r, s)] = (r, s)
+        for _ in range(concurrency * len(servers)): submit()
+        while inflight:
+            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for fu in done:
+                r, s = inflight.pop(fu)
+                load[s.url] -= 1
+                submit()
+                yield (r, *fu.result())
+
+# %% ../nbs/07b_capture_vllm.ipynb #44bff361
 def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capture/ (the same shards as `capture`)
                  urls:list, # vLLM servers started with `vllm_capture_command` (several spread the records)
                  target=None, # the served model's dir or name (default: validation's); gives L, H and the final norm
@@ -206,7 +272,6 @@ def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capt
                  fresh:bool=False, # discard what run/capture holds and start over
                  progress:bool=True) -> dict:
     "Capture aux and final hidden states of every validated record through vLLM servers; return the manifest."
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
     t0, run = time.time(), Path(run)
     urls = [urls] if isinstance(urls, str) else list(urls or [])
     if not urls: raise InputError(f"--url: give at least one vLLM server ({_START})")
@@ -232,48 +297,8 @@ def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capt
             max_tokens, why = (limit, "the servers' max_model_len − 1") if limit is not None else (1 << 30, "")
         cfg = {**capture_config(tgt, aux_layers, dtype, f"vllm:{server_dtype}"), "engine": "vllm"}
 
-        def fetch(r, s):
-            "One record through one server: `(aux, final, None)` or `(None, None, reason)`."
-            last = None
-            for attempt in range(retries + 1):
-                try:
-                    hs, ids, meta = s.states(r["input_ids"])
-                    break
-                except _Reject as e: return None, None, str(e)
-                except _Retry as e:
-                    last = str(e)
-                    time.sleep(min(2 ** attempt, 10))
-            else: return None, None, f"{s.url}: {last} (after {retries + 1} tries)"
-            ids, n = ids.tolist(), len(r["input_ids"])
-            if ids != r["input_ids"]:
-                i = first_diff(ids, r["input_ids"])
-                j = max(0, i - 2)
-                return None, None, (f"token echo from {s.url} differs from the record at token {i} of {n}: server "
-                                    f"{ids[j:i + 3]} (len {len(ids)}), record {r['input_ids'][j:i + 3]}")
-            got = json.loads(meta.get("eagle_aux_hidden_state_layer_ids", "null"))
-            if got is not None and got != want:
-                return None, None, f"{s.url} wrote layers {got}, not {want} (restarted with other layers?)"
-            if tuple(hs.shape) != (n, len(want), H):
-                return None, None, f"{s.url} wrote states {tuple(hs.shape)}, not {(n, len(want), H)}"
-            return (*vllm_states_to_capture(hs, aux_layers, L, norm), None)
-
-        def states(fits):
-            pending, load, inflight = iter(fits), {s.url: 0 for s in servers}, {}
-            with ThreadPoolExecutor(concurrency * len(servers), thread_name_prefix="capture-vllm") as pool:
-                def submit():
-                    r = next(pending, None)
-                    if r is None: return
-                    s = min(servers, key=lambda s: load[s.url])        # the least busy server
-                    load[s.url] += 1
-                    inflight[pool.submit(fetch, r, s)] = (r, s)
-                for _ in range(concurrency * len(servers)): submit()
-                while inflight:
-                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
-                    for fu in done:
-                        r, s = inflight.pop(fu)
-                        load[s.url] -= 1
-                        submit()
-                        yield (r, *fu.result())
+        def fetch(r, s): return _fetch(r, s, retries, want, H, aux_layers, L, norm)
+        def states(fits): return _spread(fits, servers, concurrency, fetch)
 
         return run_capture(run, tgt, aux_layers, dtype, cfg, states, max_tokens, max_tokens_why=why,
                            shard_tokens=shard_tokens, records=records, fresh=fresh, progress=progress, t0=t0,
