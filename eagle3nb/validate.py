@@ -107,6 +107,7 @@ def _gen_suffixes(tok) -> list:
         if suf and suf not in out: out.append(suf)
     return out
 
+# %% ../nbs/06_validate.ipynb #e1375f2f
 def derive_profile(tok, family:str|None=None) -> TokenProfile:
     "A `TokenProfile` for `tok`: the family auto-detected (or given), every id looked up by its token string."
     fam = family or detect_family(tok)
@@ -158,6 +159,7 @@ def _tool_json_ok(tok, ids) -> str|None:
         return f"tool-call JSON lacks name/arguments: {text[:60]!r}"
     return None
 
+# %% ../nbs/06_validate.ipynb #6407b3b7
 def _prompt_reasoning_state(prof, prompt_ids) -> str:
     "'open' if the generation prompt leaves reasoning open, 'closed' if it pre-closes it, else 'none'."
     if prof.think_open is None: return "none"
@@ -166,6 +168,7 @@ def _prompt_reasoning_state(prof, prompt_ids) -> str:
         if t == prof.think_close: return "closed"
     return "none"
 
+# %% ../nbs/06_validate.ipynb #eb9d3aad
 def is_truncated(prof:TokenProfile, output_ids:list, finish:dict) -> bool:
     "A `length` finish that did not end the turn (SGLang reports an end of turn on the last allowed token as `length`)."
     return (finish or {}).get("type") == "length" and not (output_ids and output_ids[-1] in prof.end_ids)
@@ -370,6 +373,7 @@ def _window(tok, ids, pos, w=6) -> dict:
     lo, hi = max(0, pos - w), min(len(ids), pos + w + 1)
     return {"start": lo, "ids": ids[lo:hi], "tokens": [tok.decode([i]) for i in ids[lo:hi]], "at": pos}
 
+# %% ../nbs/06_validate.ipynb #195461a2
 def _finish_problems(fr:dict, out:list) -> list:
     "A token stop must name the id it matched, and that id must be the last output id."
     if fr.get("type") not in ("stop", "length"): return [Problem("finish", None, f"unknown finish_reason {fr!r}")]
@@ -384,6 +388,7 @@ def _finish_problems(fr:dict, out:list) -> list:
                         f"finish matched {m} but the last output id is {out[-1] if out else None}")]
     return []
 
+# %% ../nbs/06_validate.ipynb #5aa17ea5
 def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, drop_truncated:bool=False) -> tuple:
     "Every check on one generation record: `(segments over the output, problems, checked)`."
     probs, checked = [], {"prompt_rerender": False}
@@ -420,6 +425,7 @@ def _find_prompts(run:Path, gpath:Path, prompts=None) -> Path|None:
     p = run/"prompts"/"prompts.jsonl"
     return p if p.exists() else None
 
+# %% ../nbs/06_validate.ipynb #6a699874
 def _find_target(run:Path, ppath:Path|None):
     "The tokenizer that rendered the prompts: from the prompts stage's manifest, or the one beside the prompts file."
     for d in (run/"prompts", ppath.parent if ppath else None):
@@ -464,6 +470,7 @@ def _reject(self:_Validation, rec:dict, fr:dict, segs:list, probs:list):
         ex = self.examples[p.check]
         if len(ex) < 3: ex.append({"id": rec.get("id"), **asdict(p), "window": w})
 
+# %% ../nbs/06_validate.ipynb #cf2ecdf3
 @patch
 def _accept(self:_Validation, rec:dict, prec:dict|None, fr:dict, segs:list):
     "An accepted record: training row, SpecForge row, and the next turn's prompt where there is one."
@@ -493,6 +500,7 @@ def counts(self:_Validation) -> dict:
             "next_turn_prompts": self.n_next, "truncated_kept": self.n_trunc_kept,
             "length_at_end_of_turn": self.n_len_end}
 
+# %% ../nbs/06_validate.ipynb #a87c6ffe
 @patch
 def report(self:_Validation) -> dict:
     "`report.json`: the counts, what was checked, output lengths, and up to three examples per failed check."
@@ -546,6 +554,7 @@ def _hist(xs, edges=(0, 16, 64, 256, 1024, 4096, 16384, 65536)) -> dict:
         h[f"{lo}-{hi - 1}" if hi else f"{lo}+"] = sum(1 for x in xs if x >= lo and (hi is None or x < hi))
     return {"n": len(xs), "min": min(xs) if xs else None, "max": max(xs) if xs else None, "buckets": h}
 
+# %% ../nbs/06_validate.ipynb #33900a12
 def report_markdown(r:dict) -> str:
     "The readable summary of a validation report."
     c = r["counts"]
