@@ -441,6 +441,44 @@ def _finish(out:Path, drafter, vocab, cfg:TrainConfig, note:dict, config:dict, c
                                        "distinct_ids": vocab.distinct_ids},
                           final=final, plots=[str(p) for p in plots], drafter=str(out/"drafter"), data=note)
 
+# %% ../nbs/09_train.ipynb #270bec21
+def _reset_metrics(mpath:Path, step:int):
+    "Drop the metrics rows logged after `step` (the checkpoint a run resumes from)."
+    rows = [r for _, r in JsonlReader(mpath)] if mpath.exists() else []
+    write_jsonl_atomic(mpath, [r for r in rows if r["step"] <= step])
+
+# %% ../nbs/09_train.ipynb #d9fd9de5
+def _epoch_batches(items:dict, ids:list, cfg:TrainConfig, epoch:int) -> list:
+    "Epoch `epoch`'s batches of records `ids` (lengths from `items`)."
+    return length_batches([(i, items[i]) for i in ids], cfg.batch_tokens, cfg.seed, epoch)
+
+# %% ../nbs/09_train.ipynb #0727b149
+def _guarded_step(drafter, opt, batch, teacher, cfg:TrainConfig, step:int, ckdir:Path) -> list:
+    "`train_step`, with a non-finite loss reported as the step and the last good checkpoint."
+    try: return train_step(drafter, opt, batch, teacher, cfg)
+    except FloatingPointError as e:
+        raise RuntimeError(f"step {step + 1}: {e}; the last good checkpoint is {latest_checkpoint(ckdir)} "
+                           "(lower --lr, or check the capture for outliers)") from None
+
+# %% ../nbs/09_train.ipynb #e95fb8c8
+def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab):
+    "Save step `step`'s checkpoint; keep the newest two."
+    ckdir.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab)
+    for old in sorted(ckdir.glob("step-*.pt"))[:-2]: old.unlink()
+
+# %% ../nbs/09_train.ipynb #27d7c900
+def _device(rank:int, device:str|None) -> str:
+    "`device`, or this rank's GPU where there is one, else CPU (a GPU is made current)."
+    device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
+    if str(device).startswith("cuda"): torch.cuda.set_device(device)
+    return device
+
+# %% ../nbs/09_train.ipynb #060c8f69
+def _clear_checkpoints(ckdir:Path):
+    "Delete a run's checkpoints (`fresh=True`)."
+    for p in ckdir.glob("step-*.pt") if ckdir.exists() else []: p.unlink()
+
 # %% ../nbs/09_train.ipynb #1aaed883
 def train(run, # run directory: reads capture/ (or validate/ when online), writes train/
           cfg:TrainConfig|None=None, target=None, aux_layers:list|None=None, records=None,
@@ -452,48 +490,34 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     cfg = TrainConfig(**{**(asdict(cfg) if cfg else {}), **overrides}).check()
     t0, run = time.time(), Path(run)
     rank, world = _dist()
-    device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
-    if str(device).startswith("cuda"): torch.cuda.set_device(device)
+    device = _device(rank, device)
     torch.manual_seed(cfg.seed)
     src = _source(run, cfg, target, aux_layers, records)
     out, ckdir = stage_dir(run, "train"), run/"train"/"checkpoints"
-    if fresh and rank == 0:
-        for p in ckdir.glob("step-*.pt") if ckdir.exists() else []: p.unlink()
+    if fresh and rank == 0: _clear_checkpoints(ckdir)
     items = dict(src.items())
     tr_ids, ho_ids = heldout_split(sorted(items), cfg.heldout, cfg.seed)
     if not tr_ids: raise InputError(f"{run}: no training records (captured {len(items)})")
     vocab, drafter, opt, step = _resume(ckdir, cfg, src, tr_ids, device)
     teacher = Teacher(target_lm_head(src.target).to(device), vocab.ids)
-    per_epoch = length_batches([(i, items[i]) for i in tr_ids], cfg.batch_tokens, cfg.seed, 0)
+    per_epoch = _epoch_batches(items, tr_ids, cfg, 0)
     total = cfg.max_steps or cfg.epochs * len(per_epoch)
-    held = length_batches([(i, items[i]) for i in ho_ids], cfg.batch_tokens, cfg.seed, 0)[:cfg.eval_batches]
-    mpath = out/"metrics.jsonl"
-    if rank == 0:   # drop metrics logged after the checkpoint we resume from
-        rows = [r for _, r in JsonlReader(mpath)] if mpath.exists() else []
-        write_jsonl_atomic(mpath, [r for r in rows if r["step"] <= step])
-    log = open(mpath, "a") if rank == 0 else None
+    held = _epoch_batches(items, ho_ids, cfg, 0)[:cfg.eval_batches]
+    if rank == 0: _reset_metrics(out/"metrics.jsonl", step)
+    log = open(out/"metrics.jsonl", "a") if rank == 0 else None
+    emit = lambda row: log and (log.write(json.dumps(row) + "\n"), log.flush())
     note = {**_data_note(run), "target": Path(src.target).name, "ttt_steps": cfg.ttt_steps}
     bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
-    window, t_win, tok_win = None, time.time(), 0
-    epoch_of, order = 0, per_epoch
-    def emit(row):
-        if log:
-            log.write(json.dumps(row) + "\n")
-            log.flush()
+    window, t_win, tok_win, epoch_of, order = None, time.time(), 0, 0, per_epoch
     try:
         while step < total:
             ep, bi = divmod(step, len(per_epoch))
-            if ep != epoch_of:   # this epoch's batches, computed once per epoch
-                epoch_of, order = ep, length_batches([(i, items[i]) for i in tr_ids], cfg.batch_tokens, cfg.seed, ep)
-            ids = order[bi]
-            mine = ids[rank::world]
+            if ep != epoch_of: epoch_of, order = ep, _epoch_batches(items, tr_ids, cfg, ep)
+            mine = order[bi][rank::world]
             for g in opt.param_groups: g["lr"] = lr_at(step, cfg, total)
-            try: st = train_step(drafter, opt, src.batch(mine).to(device) if mine else None, teacher, cfg)
-            except FloatingPointError as e:
-                raise RuntimeError(f"step {step + 1}: {e}; the last good checkpoint is {latest_checkpoint(ckdir)} "
-                                   "(lower --lr, or check the capture for outliers)") from None
+            st = _guarded_step(drafter, opt, src.batch(mine).to(device) if mine else None, teacher, cfg, step, ckdir)
             step += 1
-            window, tok_win = add_stats(window, st), tok_win + sum(items[i] for i in ids)
+            window, tok_win = add_stats(window, st), tok_win + sum(items[i] for i in order[bi])
             if step % cfg.log_every == 0 or step % cfg.ckpt_every == 0 or step == total:
                 s = summarize_stats(window)
                 emit({"step": step, "split": "train", "lr": round(lr_at(step - 1, cfg, total), 8),
@@ -504,9 +528,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
                 emit({"step": step, "split": "heldout",
                       **evaluate_batches(drafter, src, held, teacher, cfg, rank, world)})
             if rank == 0 and (step % cfg.ckpt_every == 0 or step == total):
-                ckdir.mkdir(parents=True, exist_ok=True)
-                save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab)
-                for old in sorted(ckdir.glob("step-*.pt"))[:-2]: old.unlink()
+                _keep_checkpoint(ckdir, drafter, opt, step, cfg, vocab)
             bar.update(1)
     finally:
         bar.close()
