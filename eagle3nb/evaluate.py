@@ -267,7 +267,10 @@ def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured 
                      "tokens_per_s": round(tokens / cost, 2),
                      "speedup": round(tokens / cost / base, 3)})
     best = max(rows, key=lambda r: r["tokens_per_s"])
-    why = (f"K={best['k']}: {best['tokens_per_cycle']:.2f} expected tokens per cycle (1 + accepted-per-position sum "
+    beats = best["speedup"] >= 1
+    why = "" if beats else ("No K is predicted to beat the target alone here (drafting and the wider verify forward "
+                            "cost more than the accepted tokens save): serve without speculation. The least slow: ")
+    why += (f"K={best['k']}: {best['tokens_per_cycle']:.2f} expected tokens per cycle (1 + accepted-per-position sum "
            f"{', '.join(f'{a:.2f}' for a in per_position[:best['k']])}) over a cycle of {best['cycle_s'] * 1e3:.2f} ms "
            f"(verify {best['k'] + 1} tokens {costs['verify_s'][best['k'] + 1] * 1e3:.2f} ms + drafting) = "
            f"{best['tokens_per_s']} tok/s, "
@@ -277,10 +280,8 @@ def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured 
         more_ms = (nxt['cycle_s'] - best['cycle_s']) * 1e3
         why += f"K={nxt['k']} would add {per_position[best['k']]:.2f} tokens per cycle for {more_ms:.2f} ms more."
     else: why += "the largest K measured; a longer chain might still help."
-    if best["speedup"] < 1:
-        why += (" No K is predicted to beat the target alone here (drafting and the wider verify forward "
-                "cost more than the accepted tokens save): serve without speculation.")
-    return {"k": best["k"], "reasoning": why, "table": rows, "target_alone_tokens_per_s": round(base, 2)}
+    return {"k": best["k"], "beats_target": beats, "reasoning": why, "table": rows,
+            "target_alone_tokens_per_s": round(base, 2)}
 
 # %% ../nbs/10_evaluate.ipynb #b5bd465e
 def tau_sim_by_k(metrics_path, ks) -> dict|None:

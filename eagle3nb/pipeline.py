@@ -284,7 +284,8 @@ def headline(report:dict) -> dict:
     best = lambda m: max((r for r in report["rows"] if r["method"] == m), key=lambda r: r["tokens_per_forward"],
                          default=None)
     e, n = best("eagle3"), best("ngram")
-    return {"eagle3": e, "ngram": n, "recommended_k": report["recommended"]["k"],
+    rk = report["recommended"]["k"] if report["recommended"].get("beats_target", True) else None
+    return {"eagle3": e, "ngram": n, "recommended_k": rk, "least_slow_k": report["recommended"]["k"],
             "beats_ngram": None if not (e and n) or e["tokens_per_forward"] == n["tokens_per_forward"]
                            else e["tokens_per_forward"] > n["tokens_per_forward"]}
 
@@ -296,7 +297,8 @@ def evaluate_summary(report:dict) -> str:
                None: "a tie with n-gram" if h["eagle3"] and h["ngram"] else "no n-gram comparison"}[h["beats_ngram"]]
     return (f"evaluate ({c['n_prompts']} held-out prompts, T={c['temperature']}): "
             f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; "
-            f"{verdict}; recommended K={h['recommended_k']}")
+            f"{verdict}; " + (f"recommended K={h['recommended_k']}" if h["recommended_k"] else
+                              "no K beats the target alone: serve without speculation"))
 
 # %% ../nbs/12_pipeline.ipynb #3e3e9a37
 def _engines(c:PipelineConfig):
@@ -481,7 +483,8 @@ def _headline_blocks(rep:dict) -> list:
                   f"tokens each, target `{c['target_name']}`. " + verdict),
             ("table", ["method", "K", "τ (measured)", "τ_sim (training)", "tokens / target forward", "tok/s",
                        "speed-up", "per-position acceptance"], rows),
-            ("p", f"Recommended K = {h['recommended_k']}: {rep['recommended']['reasoning']}")]
+            ("p", (f"Recommended K = {h['recommended_k']}: " if h["recommended_k"] else "No K recommended: ")
+                  + rep["recommended"]["reasoning"])]
 
 # %% ../nbs/12_pipeline.ipynb #b1b5a360
 def _stage_blocks(run:Path, led:dict) -> list:
