@@ -268,7 +268,9 @@ def target_lm_head(model_dir): return target_tensor(model_dir, "lm_head.weight",
 def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
                 draft_ids, # sorted target ids of the draft vocabulary
                 aux_layers:list, norm_before_residual:bool=False, init_lm_head:str="target", # "target" rows or "random"
-                seed:int=0) -> Drafter:
+                seed:int=0,
+                init_fc:str="random", # "high": `fc` starts as the identity on the highest aux layer
+               ) -> Drafter:
     "A fresh drafter for `target`: its embeddings (frozen), `lm_head` from its rows of the draft vocabulary."
     path = Path(getattr(target, "path", target))
     cfg = json.loads((path/"config.json").read_text())
@@ -278,6 +280,10 @@ def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
     with torch.no_grad():
         d.embed_tokens.weight.copy_(target_embeddings(path).float())
         if init_lm_head == "target": d.lm_head.weight.copy_(target_lm_head(path).float()[draft_ids])
+        if init_fc == "high":
+            H = d.config.target_hidden_size
+            d.fc.weight.mul_(0.1)
+            d.fc.weight[:, 2 * H:] += torch.eye(H, d.config.hidden_size).T
         d.d2t.copy_(draft_ids - torch.arange(len(draft_ids)))
         d.t2d.zero_()
         d.t2d[draft_ids] = True

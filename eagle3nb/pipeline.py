@@ -69,13 +69,15 @@ class TrainSection:
     source: str = "offline"  # offline: the captured shards; online: the target runs in the loop, nothing stored
     ttt_steps: int = 3  # training-time-test steps K
     epochs: int = 4
-    lr: float = 1e-3
+    lr: float = 2e-3
     draft_vocab_size: int = 8192
-    batch_tokens: int = 4096  # padded tokens per batch
+    batch_tokens: int = 1024  # padded tokens per batch (small batches: more steps from little data)
+    init_fc: str = "high"  # fc starts as the identity on the highest aux layer (or random)
+    loss_positions: str = "all"  # all: prompt positions too (the target's soft labels); labels: the loss mask only
     warmup_steps: int = 10
     heldout: float = 0.1  # share of records held out for τ_sim
-    eval_every: int = 20
-    ckpt_every: int = 20
+    eval_every: int = 40
+    ckpt_every: int = 40
 
 # %% ../nbs/12_pipeline.ipynb #98dfd21a
 @dataclass

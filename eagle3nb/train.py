@@ -6,7 +6,7 @@
 from __future__ import annotations
 import hashlib, json, math, os, random, time
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 import torch
 from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, read_json, read_manifest,
@@ -274,10 +274,15 @@ class TrainConfig:
     source: str = "offline"  # offline (captured shards) or online (the target runs in the loop)
     norm_before_residual: bool = False
     init_lm_head: str = "target"  # target rows of the draft vocabulary, or random
+    init_fc: str = "random"  # random, or high: fc starts as the identity on the highest aux layer
+    loss_positions: str = "labels"  # labels: the loss mask; all: every position (prompts too, the target's soft labels)
     def check(self):
         if self.source not in ("offline", "online"): raise InputError(f"source={self.source!r}: use offline or online")
         if self.init_lm_head not in ("target", "random"):
             raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
+        if self.init_fc not in ("random", "high"): raise InputError(f"init_fc={self.init_fc!r}: use random or high")
+        if self.loss_positions not in ("labels", "all"):
+            raise InputError(f"loss_positions={self.loss_positions!r}: use labels or all")
         if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
         if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
         return self
@@ -420,7 +425,7 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
         vocab = DraftVocab(**state["vocab"])
     else: vocab, state = draft_vocab(src.counts(set(tr_ids)), cfg.draft_vocab_size or min(32000, V), V), None
     drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
-                          cfg.seed).to(device)
+                          cfg.seed, cfg.init_fc).to(device)
     opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr,
                             weight_decay=cfg.weight_decay)
     if state is None: return vocab, drafter, opt, 0
@@ -461,6 +466,15 @@ def _guarded_step(drafter, opt, batch, teacher, cfg:TrainConfig, step:int, ckdir
                            "(lower --lr, or check the capture for outliers)") from None
 
 # %% ../nbs/09_train.ipynb #e95fb8c8
+def _positions(batch:Batch, which:str) -> Batch:
+    "The batch with the loss on `which` positions: `labels` (its loss mask) or `all` (every one after the first)."
+    if which == "labels": return batch
+    T = batch.loss_mask.shape[1]
+    m = (torch.arange(T)[None] < torch.as_tensor(batch.lengths)[:, None]).long()
+    m[:, 0] = 0
+    return replace(batch, loss_mask=m.to(batch.loss_mask.device))
+
+# %% ../nbs/09_train.ipynb #45faf116
 def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab):
     "Save step `step`'s checkpoint; keep the newest two."
     ckdir.mkdir(parents=True, exist_ok=True)
@@ -515,7 +529,8 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
             if ep != epoch_of: epoch_of, order = ep, _epoch_batches(items, tr_ids, cfg, ep)
             mine = order[bi][rank::world]
             for g in opt.param_groups: g["lr"] = lr_at(step, cfg, total)
-            st = _guarded_step(drafter, opt, src.batch(mine).to(device) if mine else None, teacher, cfg, step, ckdir)
+            batch = _positions(src.batch(mine), cfg.loss_positions).to(device) if mine else None
+            st = _guarded_step(drafter, opt, batch, teacher, cfg, step, ckdir)
             step += 1
             window, tok_win = add_stats(window, st), tok_win + sum(items[i] for i in order[bi])
             if step % cfg.log_every == 0 or step % cfg.ckpt_every == 0 or step == total:
