@@ -20,7 +20,9 @@ __all__ = ['label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones', 'chain_sl
            'latest_checkpoint', 'train', 'plot_training']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
-def label_counts(capture_dir, ids:set|None=None) -> Counter:
+def label_counts(capture_dir, ids:set|None=None,
+                 all_positions:bool=False, # every position after the first, not only `loss_mask` = 1
+                ) -> Counter:
     "Counts of target ids at `loss_mask` = 1 over a capture (reads `input_ids`, `loss_mask`), or over records `ids`."
     from safetensors import safe_open
     d, c = Path(capture_dir), Counter()
@@ -30,9 +32,10 @@ def label_counts(capture_dir, ids:set|None=None) -> Counter:
     for shard, rs in by_shard.items():
         with safe_open(str(d/"shards"/shard), framework="pt") as f:
             x, m = f.get_tensor("input_ids"), f.get_tensor("loss_mask").bool()
+        if all_positions: m = torch.ones_like(m)
         for r in rs:
             s, n = r["offset"], r["length"]
-            c.update(x[s:s + n][m[s:s + n]].tolist())
+            c.update(x[s + all_positions:s + n][m[s + all_positions:s + n]].tolist())
     return c
 
 # %% ../nbs/09_train.ipynb #8161b20a
@@ -141,7 +144,7 @@ class OfflineSource:
         self.aux_layers = self.reader.manifest["config"]["aux_layers_hf"]
         self.target = self.reader.manifest["config"]["target"]
     def items(self) -> list: return [(i, r["length"]) for i, r in self.reader.index.items()]
-    def counts(self, ids=None) -> Counter: return label_counts(self.dir, ids)
+    def counts(self, ids=None, all_positions:bool=False) -> Counter: return label_counts(self.dir, ids, all_positions)
     def batch(self, ids:list) -> Batch: return pad_batch(ids, [self.reader[i] for i in ids])
 
 # %% ../nbs/09_train.ipynb #40f7992e
@@ -160,10 +163,12 @@ class OnlineSource:
         self.aux_layers = list(aux_layers or default_aux_layers(int(self.tgt.config()["num_hidden_layers"])))
         self.model_dtype, self.device, self._model = model_dtype, device, None
     def items(self) -> list: return [(i, len(r["input_ids"])) for i, r in self.records.items()]
-    def counts(self, ids=None) -> Counter:
+    def counts(self, ids=None, all_positions:bool=False) -> Counter:
         c = Counter()
         for i, r in self.records.items():
-            if ids is None or i in ids: c.update(t for t, m in zip(r["input_ids"], r["loss_mask"]) if m)
+            if ids is None or i in ids:
+                pairs = enumerate(zip(r["input_ids"], r["loss_mask"]))
+                c.update(t for j, (t, m) in pairs if m or (all_positions and j))
         return c
     def batch(self, ids:list) -> Batch:
         from eagle3nb.capture import forward_states
@@ -423,7 +428,8 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
         state = torch.load(ck, weights_only=False, map_location="cpu")
         _check_resume(state["config"], cfg, ck)
         vocab = DraftVocab(**state["vocab"])
-    else: vocab, state = draft_vocab(src.counts(set(tr_ids)), cfg.draft_vocab_size or min(32000, V), V), None
+    else: vocab, state = draft_vocab(src.counts(set(tr_ids), cfg.loss_positions == "all"),
+                                     cfg.draft_vocab_size or min(32000, V), V), None
     drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
                           cfg.seed, cfg.init_fc).to(device)
     opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr,
