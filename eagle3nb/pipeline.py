@@ -287,7 +287,7 @@ def headline(report:dict) -> dict:
                          default=None)
     e, n = best("eagle3"), best("ngram")
     rk = report["recommended"]["k"] if report["recommended"].get("beats_target", True) else None
-    return {"eagle3": e, "ngram": n, "recommended_k": rk, "least_slow_k": report["recommended"]["k"],
+    return {"eagle3": e, "ngram": n, "recommended_k": rk,
             "beats_ngram": None if not (e and n) or e["tokens_per_forward"] == n["tokens_per_forward"]
                            else e["tokens_per_forward"] > n["tokens_per_forward"]}
 
@@ -485,7 +485,7 @@ def _headline_blocks(rep:dict) -> list:
                   f"tokens each, target `{c['target_name']}`. " + verdict),
             ("table", ["method", "K", "τ (measured)", "τ_sim (training)", "tokens / target forward", "tok/s",
                        "speed-up", "per-position acceptance"], rows),
-            ("p", (f"Recommended K = {h['recommended_k']}: " if h["recommended_k"] else "No K recommended: ")
+            ("p", (f"Recommended K = {h['recommended_k']}: " if h["recommended_k"] else "")
                   + rep["recommended"]["reasoning"])]
 
 # %% ../nbs/12_pipeline.ipynb #b1b5a360
