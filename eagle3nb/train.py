@@ -14,12 +14,23 @@ from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, 
 from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_left, target_lm_head
 
 # %% auto #0
-__all__ = ['label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones', 'chain_slots', 'Batch', 'pad_batch', 'length_batches',
-           'heldout_split', 'OfflineSource', 'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'ttt_loss',
-           'summarize_stats', 'add_stats', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint',
-           'latest_checkpoint', 'train', 'plot_training']
+__all__ = ['loss_positions_mask', 'label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones', 'chain_slots', 'Batch', 'pad_batch',
+           'length_batches', 'heldout_split', 'OfflineSource', 'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps',
+           'ttt_loss', 'summarize_stats', 'add_stats', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches',
+           'save_checkpoint', 'latest_checkpoint', 'train', 'plot_training']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
+def loss_positions_mask(loss_mask, lengths, which:str="labels"):
+    ("Where the loss goes, `loss_mask`'s shape (`[T]` with one length, or `[B, T]`): `labels` is `loss_mask` itself; "
+     "`all` is every position after each record's first (prompt tokens too).")
+    if which == "labels": return loss_mask
+    T = loss_mask.shape[-1]
+    m = (torch.arange(T, device=loss_mask.device) < torch.as_tensor(lengths, device=loss_mask.device)[..., None])
+    m = m.to(loss_mask.dtype)
+    m[..., 0] = 0
+    return m
+
+# %% ../nbs/09_train.ipynb #a5a187c8
 def label_counts(capture_dir, ids:set|None=None,
                  all_positions:bool=False, # every position after the first, not only `loss_mask` = 1
                 ) -> Counter:
@@ -31,11 +42,11 @@ def label_counts(capture_dir, ids:set|None=None,
     for r in rows: by_shard.setdefault(r["shard"], []).append(r)
     for shard, rs in by_shard.items():
         with safe_open(str(d/"shards"/shard), framework="pt") as f:
-            x, m = f.get_tensor("input_ids"), f.get_tensor("loss_mask").bool()
-        if all_positions: m = torch.ones_like(m)
+            x, m = f.get_tensor("input_ids"), f.get_tensor("loss_mask")
         for r in rs:
             s, n = r["offset"], r["length"]
-            c.update(x[s + all_positions:s + n][m[s + all_positions:s + n]].tolist())
+            keep = loss_positions_mask(m[s:s + n], n, "all" if all_positions else "labels").bool()
+            c.update(x[s:s + n][keep].tolist())
     return c
 
 # %% ../nbs/09_train.ipynb #8161b20a
@@ -167,8 +178,9 @@ class OnlineSource:
         c = Counter()
         for i, r in self.records.items():
             if ids is None or i in ids:
-                pairs = enumerate(zip(r["input_ids"], r["loss_mask"]))
-                c.update(t for j, (t, m) in pairs if m or (all_positions and j))
+                keep = loss_positions_mask(torch.tensor(r["loss_mask"]), len(r["input_ids"]),
+                                           "all" if all_positions else "labels").bool()
+                c.update(torch.tensor(r["input_ids"])[keep].tolist())
         return c
     def batch(self, ids:list) -> Batch:
         from eagle3nb.capture import forward_states
@@ -474,11 +486,7 @@ def _guarded_step(drafter, opt, batch, teacher, cfg:TrainConfig, step:int, ckdir
 # %% ../nbs/09_train.ipynb #e95fb8c8
 def _positions(batch:Batch, which:str) -> Batch:
     "The batch with the loss on `which` positions: `labels` (its loss mask) or `all` (every one after the first)."
-    if which == "labels": return batch
-    T = batch.loss_mask.shape[1]
-    m = (torch.arange(T)[None] < torch.as_tensor(batch.lengths)[:, None]).long()
-    m[:, 0] = 0
-    return replace(batch, loss_mask=m.to(batch.loss_mask.device))
+    return replace(batch, loss_mask=loss_positions_mask(batch.loss_mask, batch.lengths, which))
 
 # %% ../nbs/09_train.ipynb #45faf116
 def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab):
