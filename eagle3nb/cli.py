@@ -234,13 +234,19 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
               log_every:Param("log train metrics every N steps", int)=10,
               seed:Param("seed (model init, batch order, held-out split)", int)=0,
               norm_before_residual:Param("the residual branches off the normed fed state", store_true)=False,
+              init_fc:Param("random, or high: fc starts as the identity on the highest aux layer", str)="random",
+              loss_positions:Param("labels (the loss mask) or all (prompt positions too, "
+                                   "with the target's soft labels)", str)="labels",
+              bf16:Param("bf16 autocast: gpu (there only), auto (also CPUs with bf16 units), always, never",
+                         str)="gpu",
               fresh:Param("start over even if checkpoints exist", store_true)=False):
     "Train an EAGLE-3 drafter with training-time test (resumable; run under torchrun for DDP)."
     from eagle3nb.train import train
     m = train(run, target=target, aux_layers=_ids(layers) or None, fresh=fresh, source=source, ttt_steps=ttt_steps,
               draft_vocab_size=draft_vocab_size, epochs=epochs, max_steps=max_steps, lr=lr, warmup_steps=warmup_steps,
               batch_tokens=batch_tokens, heldout=heldout, eval_every=eval_every, ckpt_every=ckpt_every,
-              log_every=log_every, seed=seed, norm_before_residual=norm_before_residual)
+              log_every=log_every, seed=seed, norm_before_residual=norm_before_residual, init_fc=init_fc,
+              loss_positions=loss_positions, bf16=bf16)
     if m is None: return
     print(train_summary(m))
     print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")

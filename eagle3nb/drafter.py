@@ -198,19 +198,17 @@ def step(self:Drafter, input_ids, hidden, positions, past_k=None, past_v=None, m
     return self.finish(out, residual), k, v
 
 # %% ../nbs/08_drafter.ipynb #88640fc5
-def ttt_attention(q, keys:list, values:list, mask):
+def ttt_attention(q, keys:list, values:list, mask, block:int=512):
     "Attention of step `len(keys)-1`: `q` `[B,h,T,d]` over step-0 `keys[0]` (`mask` `[B,1,T,T]`), each slot's own keys."
-    rep = q.shape[1] // keys[0].shape[1]
-    kv = [(k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)) for k, v in zip(keys, values)]
-    scale = q.shape[-1] ** -0.5
-    s0 = (q @ kv[0][0].transpose(-1, -2)) * scale
-    s0 = s0.masked_fill(~mask, float("-inf"))
-    diag = [(q * k).sum(-1, keepdim=True) * scale for k, _ in kv[1:]]
-    p = torch.cat([s0, *diag], -1).softmax(-1, dtype=torch.float32).to(q.dtype)
-    T = q.shape[2]
-    out = p[..., :T] @ kv[0][1]
-    for j, (_, v) in enumerate(kv[1:]): out = out + p[..., T + j:T + j + 1] * v
-    return out
+    T, outs = q.shape[2], []
+    for a in range(0, T, block):   # query blocks: block [a, b) needs step-0 keys < b only
+        b = min(T, a + block)
+        own = torch.eye(b - a, dtype=torch.bool, device=q.device).expand(mask.shape[0], 1, b - a, b - a)
+        m = torch.cat([mask[:, :, a:b, :b]] + [own] * (len(keys) - 1), -1)
+        K = torch.cat([keys[0][:, :, :b]] + [k[:, :, a:b] for k in keys[1:]], 2)
+        V = torch.cat([values[0][:, :, :b]] + [v[:, :, a:b] for v in values[1:]], 2)
+        outs.append(F.scaled_dot_product_attention(q[:, :, a:b], K, V, attn_mask=m, enable_gqa=True))
+    return torch.cat(outs, 2)
 
 # %% ../nbs/08_drafter.ipynb #f37882c8
 def shift_left(x, n:int, fill=0):

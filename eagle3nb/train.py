@@ -14,10 +14,10 @@ from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, 
 from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_left, target_lm_head
 
 # %% auto #0
-__all__ = ['loss_positions_mask', 'label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones', 'chain_slots', 'Batch', 'pad_batch',
-           'length_batches', 'heldout_split', 'OfflineSource', 'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps',
-           'ttt_loss', 'summarize_stats', 'add_stats', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches',
-           'save_checkpoint', 'latest_checkpoint', 'train', 'plot_training']
+__all__ = ['BF16', 'loss_positions_mask', 'label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones', 'chain_slots', 'Batch',
+           'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource', 'OnlineSource', 'Teacher', 'StepPlan',
+           'plan_steps', 'ttt_loss', 'summarize_stats', 'add_stats', 'native_bf16', 'use_bf16', 'TrainConfig', 'lr_at',
+           'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'train', 'plot_training']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
 def loss_positions_mask(loss_mask, lengths, which:str="labels"):
@@ -196,14 +196,20 @@ class Teacher:
     def __init__(self, lm_head_weight, draft_ids:list, chunk:int=1024):
         self.W = lm_head_weight.float()
         self.ids = torch.as_tensor(draft_ids, dtype=torch.long, device=self.W.device)
-        self.Wd, self.chunk = self.W[self.ids], chunk
+        self.Wd, self.chunk, self.memo = self.W[self.ids], chunk, {}
         self.t2d = torch.zeros(self.W.shape[0], dtype=torch.bool, device=self.W.device)
         self.t2d[self.ids] = True
-    def __call__(self, final_rows) -> tuple:
-        "`(log-probs over the draft vocab [M, N], full-vocabulary argmax [M])` for final states `[M, H]`."
-        arg = torch.cat([(c @ self.W.T).argmax(-1) for c in final_rows.split(self.chunk)]) if len(final_rows) else \
-            torch.zeros(0, dtype=torch.long, device=final_rows.device)
-        return torch.log_softmax(final_rows @ self.Wd.T, -1), arg
+    def logp(self, final_rows):
+        "Log-probabilities over the draft vocabulary `[M, N]` for final states `[M, H]`."
+        return torch.log_softmax(final_rows @ self.Wd.T, -1)
+    def argmax(self, batch) -> torch.Tensor:
+        "The full-vocabulary argmax at every position of `batch` `[B, T]`, computed once per record id."
+        out = torch.zeros(batch.final.shape[:2], dtype=torch.long, device=batch.final.device)
+        for b, (rid, n) in enumerate(zip(batch.ids, batch.lengths)):
+            if rid not in self.memo:
+                self.memo[rid] = torch.cat([(c @ self.W.T).argmax(-1) for c in batch.final[b, :n].split(self.chunk)])
+            out[b, :n] = self.memo[rid]
+        return out
 
 # %% ../nbs/09_train.ipynb #c78e1f64
 @dataclass
@@ -221,7 +227,7 @@ def plan_steps(batch:Batch, teacher:Teacher, steps:int) -> list:
     rows = shift_left(batch.loss_mask, 1).bool()         # positions t with loss_mask[t+1] = 1
     row_of = torch.full(rows.shape, -1, dtype=torch.long, device=rows.device)
     row_of[rows] = torch.arange(int(rows.sum()), device=rows.device)
-    logp, arg = teacher(batch.final[rows])
+    logp, arg = teacher.logp(batch.final[rows]), teacher.argmax(batch)[rows]
     plans = []
     for k in range(steps):
         b, p = chain_slots(batch.loss_mask, k).nonzero(as_tuple=True)
@@ -268,6 +274,20 @@ def add_stats(a:list|None, b:list) -> list:
     "Add per-step sums."
     return b if a is None else [{n: x[n] + y[n] for n in x} for x, y in zip(a, b)]
 
+# %% ../nbs/09_train.ipynb #94db11c4
+BF16 = ("gpu", "auto", "always", "never")
+
+def native_bf16() -> bool:
+    "Whether this CPU has bf16 arithmetic units (AVX-512 BF16 or AMX), read from `/proc/cpuinfo` (False elsewhere)."
+    try: flags = Path("/proc/cpuinfo").read_text()
+    except OSError: return False
+    return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
+
+def use_bf16(setting:str, device) -> bool:
+    "Whether a training step on `device` runs under bf16 autocast for the `bf16` setting."
+    gpu = torch.device(device).type != "cpu"
+    return setting == "always" or (setting in ("gpu", "auto") and gpu) or (setting == "auto" and native_bf16())
+
 # %% ../nbs/09_train.ipynb #764da009
 @dataclass
 class TrainConfig:
@@ -293,11 +313,13 @@ class TrainConfig:
     init_lm_head: str = "target"  # target rows of the draft vocabulary, or random
     init_fc: str = "random"  # random, or high: fc starts as the identity on the highest aux layer
     loss_positions: str = "labels"  # labels: the loss mask; all: every position (prompts too, the target's soft labels)
+    bf16: str = "gpu"  # bf16 autocast: gpu (there only; fp32 on CPU), auto (GPU or CPU with bf16 units), always, never
     def check(self):
         if self.source not in ("offline", "online"): raise InputError(f"source={self.source!r}: use offline or online")
         if self.init_lm_head not in ("target", "random"):
             raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
         if self.init_fc not in ("random", "high"): raise InputError(f"init_fc={self.init_fc!r}: use random or high")
+        if self.bf16 not in BF16: raise InputError(f"bf16={self.bf16!r}: use one of {', '.join(BF16)}")
         if self.loss_positions not in ("labels", "all"):
             raise InputError(f"loss_positions={self.loss_positions!r}: use labels or all")
         if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
@@ -337,8 +359,7 @@ def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list
     opt.zero_grad(set_to_none=False)
     params = [p for p in drafter.parameters() if p.requires_grad]
     if batch is not None:
-        with torch.autocast("cuda", dtype=torch.bfloat16,
-                            enabled=batch.aux.is_cuda):   # fp32 on CPU, bf16 autocast on GPU
+        with torch.autocast(batch.aux.device.type, dtype=torch.bfloat16, enabled=use_bf16(cfg.bf16, batch.aux.device)):
             loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss {float(loss)} on records {batch.ids[:4]}")
