@@ -13,11 +13,11 @@ from .core import (InputError, JsonlReader, atomic_write_text, read_json, read_m
 # %% auto #0
 __all__ = ['SIZES', 'STAGES', 'STAGE_FNS', 'DataSection', 'GenerateSection', 'ValidateSection', 'CaptureSection', 'TrainSection',
            'EvaluateSection', 'ExportSection', 'PipelineConfig', 'config_from_dict', 'pipeline_config', 'check_config',
-           'stage_keys', 'Ledger', 'heldout_prompts', 'prepare_summary', 'generate_summary', 'validate_summary',
-           'capture_summary', 'train_summary', 'headline', 'evaluate_summary', 'stage_prepare', 'stage_generate',
-           'stage_validate', 'stage_capture', 'stage_train', 'stage_evaluate', 'stage_export', 'run_pipeline',
-           'render_markdown', 'render_html', 'serve_commands', 'report_blocks', 'write_report', 'report_headline',
-           'run_default']
+           'stage_keys', 'Ledger', 'heldout_prompts', 'context_records', 'prepare_summary', 'generate_summary',
+           'validate_summary', 'capture_summary', 'train_summary', 'headline', 'evaluate_summary', 'stage_prepare',
+           'stage_generate', 'stage_validate', 'stage_capture', 'stage_train', 'stage_evaluate', 'stage_export',
+           'run_pipeline', 'render_markdown', 'render_html', 'serve_commands', 'report_blocks', 'write_report',
+           'report_headline', 'run_default']
 
 # %% ../nbs/12_pipeline.ipynb #a4994dbc
 @dataclass
@@ -61,6 +61,7 @@ class CaptureSection:
     batch_tokens: int = 8192  # padded tokens per forward pass (local engine)
     engine: str = "local"  # local: transformers in this process; vllm: servers started with `vllm_capture_command`
     urls: list = field(default_factory=list)  # vLLM servers for engine vllm (same filesystem: they write the states)
+    context_prompts: int = 0  # also capture this many unused prompts alone (no answer): data for loss_positions="all"
 
 # %% ../nbs/12_pipeline.ipynb #a7b6e7cf
 @dataclass
@@ -146,11 +147,10 @@ def config_from_dict(d:dict, base=None, where:str="config"):
 # %% ../nbs/12_pipeline.ipynb #7d16e285
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"prompts": 4, "max_new_tokens": 24},
-             "train": {"epochs": 2, "draft_vocab_size": 1024},
+             "capture": {"context_prompts": 4}, "train": {"epochs": 2, "draft_vocab_size": 1024},
              "evaluate": {"prompts": 1, "max_new_tokens": 8, "ks": [1]}},
     "small": {"evaluate": {"ks": [3]}},
-    "medium": {"data": {"limit": 4000}, "generate": {"prompts": 192},
-               "train": {"epochs": 5}, "evaluate": {"prompts": 12, "max_new_tokens": 128, "ks": [1, 2, 3]}},
+    "medium": {"capture": {"context_prompts": 300}, "train": {"epochs": 6}, "evaluate": {"ks": [3]}},
     "large": {"data": {"limit": None}, "generate": {"prompts": 1024, "max_new_tokens": 768},
               "train": {"epochs": 4, "ttt_steps": 5, "draft_vocab_size": 16384},
               "evaluate": {"prompts": 32, "max_new_tokens": 160, "ks": [1, 2, 3, 4, 5]}},
@@ -199,6 +199,12 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
         raise InputError("[evaluate] prompts must be ≥ 1 (or set prompts_file)")
     if c.generate.prompts is not None and c.generate.prompts < 1:
         raise InputError("[generate] prompts must be ≥ 1 (or absent: all)")
+    if c.capture.context_prompts < 0: raise InputError("[capture] context_prompts must be ≥ 0")
+    if c.capture.context_prompts and (c.train.loss_positions != "all" or c.train.source != "offline"
+                                      or c.capture.engine != "local"):
+        raise InputError("[capture] context_prompts trains on prompt positions only: it needs [train] "
+                         "loss_positions = \"all\", source = \"offline\" and [capture] engine = \"local\" "
+                         "(or set context_prompts = 0)")
     return c
 
 # %% ../nbs/12_pipeline.ipynb #7870dc74
@@ -226,19 +232,37 @@ class Ledger:
         write_json(self.path, self.d)
 
 # %% ../nbs/12_pipeline.ipynb #79bbf386
+def _prompt_split(run:Path, c:PipelineConfig) -> tuple:
+    "`(generated, held_out, the rest)` of the prepared prompts; a prompt equal to a generated one is never held out."
+    prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
+    n_gen = c.generate.prompts if c.generate.prompts is not None else max(0, len(prompts) - c.evaluate.prompts)
+    seen = {tuple(p["prompt_ids"]) for p in prompts[:n_gen]}
+    fresh = [p for p in prompts[n_gen:] if tuple(p["prompt_ids"]) not in seen]
+    held = [o for _, o in JsonlReader(c.evaluate.prompts_file)] if c.evaluate.prompts_file else \
+        fresh[:c.evaluate.prompts]
+    return prompts[:n_gen], held, fresh[0 if c.evaluate.prompts_file else c.evaluate.prompts:]
+
 def heldout_prompts(run, c:PipelineConfig) -> Path:
     ("Write `RUN/evaluate_prompts.jsonl`: the prompts right after the generated ones, "
      "minus any equal to a generated prompt.")
     run = Path(run)
     if c.evaluate.prompts_file: return Path(c.evaluate.prompts_file)
-    prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
-    n_gen = c.generate.prompts if c.generate.prompts is not None else max(0, len(prompts) - c.evaluate.prompts)
-    seen = {tuple(p["prompt_ids"]) for p in prompts[:n_gen]}
-    held = [p for p in prompts[n_gen:] if tuple(p["prompt_ids"]) not in seen][:c.evaluate.prompts]
-    if not held: raise InputError(f"{run/'prompts'/'prompts.jsonl'}: no prompts left after the {n_gen} generated ones "
-                                  "to evaluate on; lower [generate] prompts or raise [data] limit")
+    held = _prompt_split(run, c)[1]
+    if not held:
+        raise InputError(f"{run/'prompts'/'prompts.jsonl'}: no prompts left after the {c.generate.prompts} generated "
+                         "ones to evaluate on; lower [generate] prompts or raise [data] limit")
     write_jsonl_atomic(run/"evaluate_prompts.jsonl", held)
     return run/"evaluate_prompts.jsonl"
+
+# %% ../nbs/12_pipeline.ipynb #5e2161ea
+def context_records(run, c:PipelineConfig) -> list:
+    "The `[capture] context_prompts` records: unused prompts alone, ids `context-…`, loss mask all zero."
+    gen, held, rest = _prompt_split(Path(run), c)
+    used = {tuple(p["prompt_ids"]) for p in gen + held}
+    rest = [p for p in rest if tuple(p["prompt_ids"]) not in used][:c.capture.context_prompts]
+    return [{"id": f"context-{p['id']}", "prompt_id": p["id"], "turn": p.get("turn", 0), "input_ids": p["prompt_ids"],
+             "n_prompt": len(p["prompt_ids"]), "segments": [["prompt", 0, len(p["prompt_ids"])]],
+             "loss_mask": [0] * len(p["prompt_ids"]), "finish_reason": None, "truncated": False} for p in rest]
 
 # %% ../nbs/12_pipeline.ipynb #29e86711
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
@@ -351,8 +375,15 @@ def stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
         from eagle3nb.capture_vllm import capture_vllm
         return capture_summary(capture_vllm(run, k.urls, None, k.layers, k.dtype, fresh=fresh))
     from eagle3nb.capture import capture
-    m = capture(run, None, k.layers, k.dtype, batch_tokens=k.batch_tokens, model_dtype=k.model_dtype, fresh=fresh)
-    return capture_summary(m)
+    records, note = None, ""
+    if k.context_prompts:   # the validated records, then the prompt-only ones
+        ctx = context_records(run, c)
+        records = run/"capture_records.jsonl"
+        write_jsonl_atomic(records, [o for _, o in JsonlReader(run/"validate"/"records.jsonl")] + ctx)
+        note = f" (validated records and {len(ctx)} prompt-only context records)"
+    m = capture(run, None, k.layers, k.dtype, batch_tokens=k.batch_tokens, model_dtype=k.model_dtype, records=records,
+                fresh=fresh)
+    return capture_summary(m) + note
 
 def stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.train import train
