@@ -14,10 +14,11 @@ from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, 
 from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_left, target_lm_head
 
 # %% auto #0
-__all__ = ['BF16', 'loss_positions_mask', 'label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones', 'chain_slots', 'Batch',
-           'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource', 'OnlineSource', 'Teacher', 'StepPlan',
-           'plan_steps', 'ttt_loss', 'summarize_stats', 'add_stats', 'native_bf16', 'use_bf16', 'TrainConfig', 'lr_at',
-           'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'train', 'plot_training']
+__all__ = ['BF16', 'loss_positions_mask', 'captured_masks', 'label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones',
+           'chain_slots', 'Batch', 'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource', 'OnlineSource',
+           'Teacher', 'StepPlan', 'plan_steps', 'ttt_loss', 'summarize_stats', 'add_stats', 'native_bf16', 'use_bf16',
+           'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'train',
+           'plot_training']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
 def loss_positions_mask(loss_mask, lengths, which:str="labels"):
@@ -31,22 +32,26 @@ def loss_positions_mask(loss_mask, lengths, which:str="labels"):
     return m
 
 # %% ../nbs/09_train.ipynb #a5a187c8
-def label_counts(capture_dir, ids:set|None=None,
-                 all_positions:bool=False, # every position after the first, not only `loss_mask` = 1
-                ) -> Counter:
-    "Counts of target ids at `loss_mask` = 1 over a capture (reads `input_ids`, `loss_mask`), or over records `ids`."
+def captured_masks(capture_dir, ids:set|None=None):
+    "`(id, input_ids, loss_mask)` of every record of a capture (or of records `ids`), read shard by shard."
     from safetensors import safe_open
-    d, c = Path(capture_dir), Counter()
-    rows = [r for _, r in JsonlReader(d/"index.jsonl") if ids is None or r["id"] in ids]
-    by_shard = {}
-    for r in rows: by_shard.setdefault(r["shard"], []).append(r)
+    d, by_shard = Path(capture_dir), {}
+    for _, r in JsonlReader(d/"index.jsonl"):
+        if ids is None or r["id"] in ids: by_shard.setdefault(r["shard"], []).append(r)
     for shard, rs in by_shard.items():
         with safe_open(str(d/"shards"/shard), framework="pt") as f:
             x, m = f.get_tensor("input_ids"), f.get_tensor("loss_mask")
         for r in rs:
             s, n = r["offset"], r["length"]
-            keep = loss_positions_mask(m[s:s + n], n, "all" if all_positions else "labels").bool()
-            c.update(x[s:s + n][keep].tolist())
+            yield r["id"], x[s:s + n], m[s:s + n]
+
+def label_counts(capture_dir, ids:set|None=None,
+                 all_positions:bool=False, # every position after the first, not only `loss_mask` = 1
+                ) -> Counter:
+    "Counts of target ids at `loss_mask` = 1 over a capture (reads `input_ids`, `loss_mask`), or over records `ids`."
+    c = Counter()
+    for _, x, m in captured_masks(capture_dir, ids):
+        c.update(x[loss_positions_mask(m, len(x), "all" if all_positions else "labels").bool()].tolist())
     return c
 
 # %% ../nbs/09_train.ipynb #8161b20a
@@ -156,6 +161,7 @@ class OfflineSource:
         self.target = self.reader.manifest["config"]["target"]
     def items(self) -> list: return [(i, r["length"]) for i, r in self.reader.index.items()]
     def counts(self, ids=None, all_positions:bool=False) -> Counter: return label_counts(self.dir, ids, all_positions)
+    def unlabelled(self, ids) -> set: return {i for i, _, m in captured_masks(self.dir, set(ids)) if not m.any()}
     def batch(self, ids:list) -> Batch: return pad_batch(ids, [self.reader[i] for i in ids])
 
 # %% ../nbs/09_train.ipynb #40f7992e
@@ -182,6 +188,7 @@ class OnlineSource:
                                            "all" if all_positions else "labels").bool()
                 c.update(torch.tensor(r["input_ids"])[keep].tolist())
         return c
+    def unlabelled(self, ids) -> set: return {i for i in ids if not any(self.records[i]["loss_mask"])}
     def batch(self, ids:list) -> Batch:
         from eagle3nb.capture import forward_states
         if self._model is None: self._model = self.tgt.load_model(self.model_dtype, self.device)
@@ -546,6 +553,8 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     if fresh and rank == 0: _clear_checkpoints(ckdir)
     items = dict(src.items())
     tr_ids, ho_ids = heldout_split(sorted(items), cfg.heldout, cfg.seed)
+    moot = src.unlabelled(ho_ids)   # no label to measure on (a prompt alone): trained on instead
+    tr_ids, ho_ids = sorted(tr_ids + sorted(moot)), [i for i in ho_ids if i not in moot]
     if not tr_ids: raise InputError(f"{run}: no training records (captured {len(items)})")
     vocab, drafter, opt, step = _resume(ckdir, cfg, src, tr_ids, device)
     teacher = Teacher(target_lm_head(src.target).to(device), vocab.ids)

@@ -108,3 +108,23 @@ def test_drafter_learns_a_tiny_target_and_generalises_to_held_out_records(tmp_pa
     rows = [r for r in read_jsonl(tmp_path/"train/metrics.jsonl") if r["split"] == "heldout"]
     assert rows[0]["acc_k"][0] < 0.7 and rows[-1]["acc_k"][0] > 0.9, [r["acc_k"] for r in rows]
     assert m["counts"]["heldout_records"] > 100 and m["final"]["heldout"]["tau_sim"] > 1.9
+
+def test_heldout_records_without_labels_are_trained_on(tmp_path):
+    "A prompt alone (a context record) has nothing to measure on: it is never held out, offline or online."
+    from eagle3nb.train import heldout_split, train
+    _greedy_records(tmp_path, n=24, new=8)
+    recs = read_jsonl(tmp_path/"validate/records.jsonl")
+    for r in recs[::2]: r["loss_mask"] = [0] * len(r["loss_mask"])      # every other record: the prompt only
+    with JsonlWriter(tmp_path/"validate/records.jsonl") as w:
+        for r in recs: w.write(r)
+    capture(tmp_path, "tiny-llama", dtype="float32", progress=False)
+    ids = sorted(r["id"] for r in recs)
+    _, held = heldout_split(ids, 0.5, 0)
+    bare = {r["id"] for r in recs[::2]}
+    assert held and set(held) & bare and set(held) - bare          # the hash split draws both kinds
+    kw = dict(ttt_steps=1, draft_vocab_size=256, max_steps=1, batch_tokens=256, heldout=0.5, loss_positions="all",
+              progress=False)
+    for source in ("offline", "online"):
+        m = train(tmp_path, source=source, target="tiny-llama", fresh=True, **kw)
+        assert m["counts"]["heldout_records"] == len(set(held) - bare), source
+        assert m["counts"]["train_records"] == 24 - len(set(held) - bare), source
