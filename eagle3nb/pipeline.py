@@ -247,10 +247,10 @@ def heldout_prompts(run, c:PipelineConfig) -> Path:
      "minus any equal to a generated prompt.")
     run = Path(run)
     if c.evaluate.prompts_file: return Path(c.evaluate.prompts_file)
-    held = _prompt_split(run, c)[1]
+    gen, held, _ = _prompt_split(run, c)
     if not held:
-        raise InputError(f"{run/'prompts'/'prompts.jsonl'}: no prompts left after the {c.generate.prompts} generated "
-                         "ones to evaluate on; lower [generate] prompts or raise [data] limit")
+        raise InputError(f"{run/'prompts'/'prompts.jsonl'}: no prompts left after the {len(gen)} generated ones "
+                         "to evaluate on; lower [generate] prompts or raise [data] limit")
     write_jsonl_atomic(run/"evaluate_prompts.jsonl", held)
     return run/"evaluate_prompts.jsonl"
 
