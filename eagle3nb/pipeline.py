@@ -200,11 +200,11 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
     if c.generate.prompts is not None and c.generate.prompts < 1:
         raise InputError("[generate] prompts must be ≥ 1 (or absent: all)")
     if c.capture.context_prompts < 0: raise InputError("[capture] context_prompts must be ≥ 0")
-    if c.capture.context_prompts and (c.train.loss_positions != "all" or c.train.source != "offline"
-                                      or c.capture.engine != "local"):
+    # like all of [capture], context records are unused when training is online (nothing is captured)
+    if c.capture.context_prompts and c.train.source == "offline" and (c.train.loss_positions != "all"
+                                                                       or c.capture.engine != "local"):
         raise InputError("[capture] context_prompts trains on prompt positions only: it needs [train] "
-                         "loss_positions = \"all\", source = \"offline\" and [capture] engine = \"local\" "
-                         "(or set context_prompts = 0)")
+                         "loss_positions = \"all\" and [capture] engine = \"local\" (or set context_prompts = 0)")
     return c
 
 # %% ../nbs/12_pipeline.ipynb #7870dc74
