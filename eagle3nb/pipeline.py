@@ -257,8 +257,8 @@ def heldout_prompts(run, c:PipelineConfig) -> Path:
 # %% ../nbs/12_pipeline.ipynb #5e2161ea
 def context_records(run, c:PipelineConfig) -> list:
     "The `[capture] context_prompts` records: unused prompts alone, ids `context-…`, loss mask all zero."
-    gen, held, rest = _prompt_split(Path(run), c)
-    used = {tuple(p["prompt_ids"]) for p in gen + held}
+    _, held, rest = _prompt_split(Path(run), c)   # the rest excludes the generated prompts already
+    used = {tuple(p["prompt_ids"]) for p in held}
     rest = [p for p in rest if tuple(p["prompt_ids"]) not in used][:c.capture.context_prompts]
     return [{"id": f"context-{p['id']}", "prompt_id": p["id"], "turn": p.get("turn", 0), "input_ids": p["prompt_ids"],
              "n_prompt": len(p["prompt_ids"]), "segments": [["prompt", 0, len(p["prompt_ids"])]],

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_train.ipynb #a5f8c244
 from __future__ import annotations
-import hashlib, json, math, os, random, time
+import functools, hashlib, json, math, os, random, time
 from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -284,8 +284,9 @@ def add_stats(a:list|None, b:list) -> list:
 # %% ../nbs/09_train.ipynb #94db11c4
 BF16 = ("gpu", "auto", "always", "never")
 
+@functools.cache
 def native_bf16() -> bool:
-    "Whether this CPU has bf16 arithmetic units (AVX-512 BF16 or AMX), read from `/proc/cpuinfo` (False elsewhere)."
+    "Whether this CPU has bf16 arithmetic units (AVX-512 BF16 or AMX), read once from `/proc/cpuinfo` (else False)."
     try: flags = Path("/proc/cpuinfo").read_text()
     except OSError: return False
     return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
@@ -554,7 +555,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     items = dict(src.items())
     tr_ids, ho_ids = heldout_split(sorted(items), cfg.heldout, cfg.seed)
     moot = src.unlabelled(ho_ids)   # no label to measure on (a prompt alone): trained on instead
-    tr_ids, ho_ids = sorted(tr_ids + sorted(moot)), [i for i in ho_ids if i not in moot]
+    tr_ids, ho_ids = sorted(tr_ids + list(moot)), [i for i in ho_ids if i not in moot]
     if not tr_ids: raise InputError(f"{run}: no training records (captured {len(items)})")
     vocab, drafter, opt, step = _resume(ckdir, cfg, src, tr_ids, device)
     teacher = Teacher(target_lm_head(src.target).to(device), vocab.ids)
