@@ -13,11 +13,11 @@ from .core import (InputError, JsonlReader, atomic_write_text, read_json, read_m
 # %% auto #0
 __all__ = ['SIZES', 'STAGES', 'STAGE_FNS', 'DataSection', 'GenerateSection', 'ValidateSection', 'CaptureSection', 'TrainSection',
            'EvaluateSection', 'ExportSection', 'PipelineConfig', 'config_from_dict', 'pipeline_config', 'check_config',
-           'stage_keys', 'Ledger', 'heldout_prompts', 'context_records', 'prepare_summary', 'generate_summary',
-           'validate_summary', 'capture_summary', 'train_summary', 'headline', 'evaluate_summary', 'stage_prepare',
-           'stage_generate', 'stage_validate', 'stage_capture', 'stage_train', 'stage_evaluate', 'stage_export',
-           'run_pipeline', 'render_markdown', 'render_html', 'serve_commands', 'report_blocks', 'write_report',
-           'report_headline', 'run_default']
+           'stage_keys', 'Ledger', 'heldout_prompts', 'dataset_reply', 'context_records', 'prepare_summary',
+           'generate_summary', 'validate_summary', 'capture_summary', 'train_summary', 'headline', 'evaluate_summary',
+           'stage_prepare', 'stage_generate', 'stage_validate', 'stage_capture', 'stage_train', 'stage_evaluate',
+           'stage_export', 'run_pipeline', 'render_markdown', 'render_html', 'serve_commands', 'report_blocks',
+           'write_report', 'report_headline', 'run_default']
 
 # %% ../nbs/12_pipeline.ipynb #a4994dbc
 @dataclass
@@ -62,6 +62,7 @@ class CaptureSection:
     engine: str = "local"  # local: transformers in this process; vllm: servers started with `vllm_capture_command`
     urls: list = field(default_factory=list)  # vLLM servers for engine vllm (same filesystem: they write the states)
     context_prompts: int = 0  # also capture this many unused prompts alone (no answer): data for loss_positions="all"
+    context_replies: bool = False  # give each context prompt its dataset reply (cut at [generate] max_new_tokens)
 
 # %% ../nbs/12_pipeline.ipynb #a7b6e7cf
 @dataclass
@@ -147,10 +148,12 @@ def config_from_dict(d:dict, base=None, where:str="config"):
 # %% ../nbs/12_pipeline.ipynb #7d16e285
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"prompts": 4, "max_new_tokens": 24},
-             "capture": {"context_prompts": 4}, "train": {"epochs": 2, "draft_vocab_size": 1024},
+             "capture": {"context_prompts": 4, "context_replies": True},
+             "train": {"epochs": 2, "draft_vocab_size": 1024},
              "evaluate": {"prompts": 1, "max_new_tokens": 8, "ks": [1]}},
     "small": {"evaluate": {"ks": [3]}},
-    "medium": {"capture": {"context_prompts": 300}, "train": {"epochs": 6}, "evaluate": {"ks": [3]}},
+    "medium": {"capture": {"context_prompts": 300, "context_replies": True}, "train": {"epochs": 4},
+               "evaluate": {"prompts": 16, "ks": [3]}},
     "large": {"data": {"limit": None}, "generate": {"prompts": 1024, "max_new_tokens": 768},
               "train": {"epochs": 4, "ttt_steps": 5, "draft_vocab_size": 16384},
               "evaluate": {"prompts": 32, "max_new_tokens": 160, "ks": [1, 2, 3, 4, 5]}},
@@ -201,10 +204,12 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
         raise InputError("[generate] prompts must be ≥ 1 (or absent: all)")
     if c.capture.context_prompts < 0: raise InputError("[capture] context_prompts must be ≥ 0")
     # like all of [capture], context records are unused when training is online (nothing is captured)
-    if c.capture.context_prompts and c.train.source == "offline" and (c.train.loss_positions != "all"
-                                                                       or c.capture.engine != "local"):
-        raise InputError("[capture] context_prompts trains on prompt positions only: it needs [train] "
-                         "loss_positions = \"all\" and [capture] engine = \"local\" (or set context_prompts = 0)")
+    if c.capture.context_prompts and c.train.source == "offline" and c.capture.engine != "local":
+        raise InputError("[capture] context_prompts needs [capture] engine = \"local\" (or set context_prompts = 0)")
+    if c.capture.context_prompts and c.train.source == "offline" and not c.capture.context_replies \
+            and c.train.loss_positions != "all":
+        raise InputError("[capture] context_prompts without context_replies trains on prompt positions only: it needs "
+                         "[train] loss_positions = \"all\" (or set context_replies = true, or context_prompts = 0)")
     return c
 
 # %% ../nbs/12_pipeline.ipynb #7870dc74
@@ -255,14 +260,53 @@ def heldout_prompts(run, c:PipelineConfig) -> Path:
     return run/"evaluate_prompts.jsonl"
 
 # %% ../nbs/12_pipeline.ipynb #5e2161ea
+def dataset_reply(tok, prof, p:dict, max_tokens:int) -> dict|None:
+    ("The generation record the dataset itself holds for prompt record `p`: its own next assistant message, rendered "
+     "by the chat template after `p`'s ids and cut after the end of turn or at `max_tokens`; None when the row has no "
+     "such reply or the template renders the prompt differently with it.")
+    from eagle3nb.prompts import Reject, normalize_row
+    src = p.get("source") or {}
+    try: conv = normalize_row(src.get("row"), p["id"])
+    except Reject: return None
+    k = src.get("assistant_index")
+    if k is None or k >= len(conv.messages) or conv.messages[k]["role"] != "assistant": return None
+    thinking = (p.get("options") or {}).get("thinking")
+    kw = {} if thinking is None else {"enable_thinking": thinking, "thinking": thinking}
+    text = tok.apply_chat_template(p["messages"] + [conv.messages[k]], tools=p.get("tools") or None,
+                                   add_generation_prompt=False, tokenize=False, **kw)
+    ids, n = list(tok.encode(text, add_special_tokens=False)), len(p["prompt_ids"])
+    if ids[:n] != p["prompt_ids"]: return None
+    out = ids[n:]
+    end = next((i for i, t in enumerate(out) if t in prof.end_ids), None)
+    if end is None and len(out) <= max_tokens: return None     # the template closed no turn
+    out = out[:end + 1] if end is not None else out
+    fr = {"type": "length", "length": max_tokens} if len(out) > max_tokens else {"type": "stop", "matched": out[-1]}
+    return {"id": f"context-{p['id']}", "prompt_id": p["id"], "prompt_ids": p["prompt_ids"],
+            "output_ids": out[:max_tokens], "finish_reason": fr}
+
 def context_records(run, c:PipelineConfig) -> list:
-    "The `[capture] context_prompts` records: unused prompts alone, ids `context-…`, loss mask all zero."
+    ("The `[capture] context_prompts` records: unused prompts, ids `context-…`; alone (loss mask all zero), or with "
+     "`context_replies` the dataset's own reply after each, checked like a generated one (its loss mask on the reply).")
     _, held, rest = _prompt_split(Path(run), c)   # the rest excludes the generated prompts already
     used = {tuple(p["prompt_ids"]) for p in held}
-    rest = [p for p in rest if tuple(p["prompt_ids"]) not in used][:c.capture.context_prompts]
-    return [{"id": f"context-{p['id']}", "prompt_id": p["id"], "turn": p.get("turn", 0), "input_ids": p["prompt_ids"],
-             "n_prompt": len(p["prompt_ids"]), "segments": [["prompt", 0, len(p["prompt_ids"])]],
-             "loss_mask": [0] * len(p["prompt_ids"]), "finish_reason": None, "truncated": False} for p in rest]
+    rest = [p for p in rest if tuple(p["prompt_ids"]) not in used]
+    if not c.capture.context_replies:
+        return [{"id": f"context-{p['id']}", "prompt_id": p["id"], "turn": p.get("turn", 0),
+                 "input_ids": p["prompt_ids"], "n_prompt": len(p["prompt_ids"]),
+                 "segments": [["prompt", 0, len(p["prompt_ids"])]], "loss_mask": [0] * len(p["prompt_ids"]),
+                 "finish_reason": None, "truncated": False} for p in rest[:c.capture.context_prompts]]
+    from eagle3nb.models import load_target
+    from eagle3nb.validate import check_record, derive_profile, training_row
+    tok = load_target(c.target).tokenizer
+    prof, out = derive_profile(tok), []
+    for p in rest:      # the next unused prompts whose reply passes every check, up to context_prompts
+        if len(out) == c.capture.context_prompts: break
+        rec = dataset_reply(tok, prof, p, c.generate.max_new_tokens)
+        if rec is None: continue
+        segs, probs, _ = check_record(tok, prof, rec)
+        if not probs: out.append(training_row(prof, rec, p.get("turn", 0), rec["finish_reason"], segs,
+                                              (c.validate.mask_reasoning, c.validate.mask_tool_calls)))
+    return out
 
 # %% ../nbs/12_pipeline.ipynb #29e86711
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
@@ -376,11 +420,12 @@ def stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
         return capture_summary(capture_vllm(run, k.urls, None, k.layers, k.dtype, fresh=fresh))
     from eagle3nb.capture import capture
     records, note = None, ""
-    if k.context_prompts:   # the validated records, then the prompt-only ones
+    if k.context_prompts:   # the validated records, then the context ones
         ctx = context_records(run, c)
         records = run/"capture_records.jsonl"
         write_jsonl_atomic(records, [o for _, o in JsonlReader(run/"validate"/"records.jsonl")] + ctx)
-        note = f" (validated records and {len(ctx)} prompt-only context records)"
+        kind = "with the dataset's replies" if k.context_replies else "prompt-only"
+        note = f" (validated records and {len(ctx)} context records, {kind})"
     m = capture(run, None, k.layers, k.dtype, batch_tokens=k.batch_tokens, model_dtype=k.model_dtype, records=records,
                 fresh=fresh)
     return capture_summary(m) + note

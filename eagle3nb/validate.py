@@ -18,8 +18,8 @@ from .prompts import render_prompt, normalize_row, Reject
 # %% auto #0
 __all__ = ['FAMILIES', 'FAMILY_MARKERS', 'SEGMENT_COLORS', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile',
            'Problem', 'is_truncated', 'segment_output', 'loss_mask_from_segments', 'assistant_message',
-           'next_turn_prompt', 'check_record', 'validate', 'report_markdown', 'plot_report', 'tokens_html',
-           'token_inspector']
+           'next_turn_prompt', 'check_record', 'training_row', 'validate', 'report_markdown', 'plot_report',
+           'tokens_html', 'token_inspector']
 
 # %% ../nbs/06_validate.ipynb #6cdb27b0
 def token_id(tok, s:str) -> int|None:
@@ -434,6 +434,17 @@ def _find_target(run:Path, ppath:Path|None):
     raise InputError(f"{run}: no prompts manifest to take the target from (looked in {run/'prompts'}"
                      f"{' and ' + str(ppath.parent) if ppath else ''}); pass --target")
 
+# %% ../nbs/06_validate.ipynb #33108bb7
+def training_row(prof:TokenProfile, rec:dict, turn:int, fr:dict, segs:list, masks=(False, False)) -> dict:
+    ("The training record of a checked generation record `rec` (`prompt_ids`, `output_ids`) and its output "
+     "segments: ids, absolute segments, loss mask, truncation.")
+    P, O = len(rec["prompt_ids"]), len(rec["output_ids"])
+    return {"id": rec["id"], "prompt_id": rec.get("prompt_id"), "turn": turn,
+            "input_ids": rec["prompt_ids"] + rec["output_ids"], "n_prompt": P,
+            "segments": [["prompt", 0, P]] + [[k, P + s, P + e] for k, s, e in segs],
+            "loss_mask": loss_mask_from_segments(P, segs, O, *masks), "finish_reason": fr,
+            "truncated": is_truncated(prof, rec["output_ids"], fr)}
+
 # %% ../nbs/06_validate.ipynb #d0ca2129
 class _Validation:
     "One validate run's counters and output writers; `add` files a generation record as accepted or rejected."
@@ -474,18 +485,14 @@ def _reject(self:_Validation, rec:dict, fr:dict, segs:list, probs:list):
 @patch
 def _accept(self:_Validation, rec:dict, prec:dict|None, fr:dict, segs:list):
     "An accepted record: training row, SpecForge row, and the next turn's prompt where there is one."
-    P, O = len(rec["prompt_ids"]), len(rec["output_ids"])
-    mask = loss_mask_from_segments(P, segs, O, *self.masks)
-    truncated = is_truncated(self.prof, rec["output_ids"], fr)
+    row = training_row(self.prof, rec, (prec or {}).get("turn", 0), fr, segs, self.masks)
+    truncated = row["truncated"]
     self.n_trunc_kept += truncated
     self.n_len_end += fr.get("type") == "length" and not truncated   # SGLang's `length` on an end of turn
-    self.ws["records"].write({"id": rec["id"], "prompt_id": rec.get("prompt_id"), "turn": (prec or {}).get("turn", 0),
-                              "input_ids": rec["prompt_ids"] + rec["output_ids"], "n_prompt": P,
-                              "segments": [["prompt", 0, P]] + [[k, P + s, P + e] for k, s, e in segs],
-                              "loss_mask": mask, "finish_reason": fr, "truncated": truncated})
-    self.ws["specforge"].write({"input_ids": rec["prompt_ids"] + rec["output_ids"], "loss_mask": mask})
+    self.ws["records"].write(row)
+    self.ws["specforge"].write({"input_ids": row["input_ids"], "loss_mask": row["loss_mask"]})
     self.tally.accepted += 1
-    self.lens["accepted"].append(O)
+    self.lens["accepted"].append(len(rec["output_ids"]))
     if prec is not None and not truncated and not self.prof.harmony:
         nxt = next_turn_prompt(self.tok, self.prof, prec, rec, segs)
         if nxt is not None:

@@ -32,15 +32,17 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     assert v["read"] == 4 and v["accepted"] + v["rejected"] == 4
     c = json.loads((d/"capture/manifest.json").read_text())["counts"]
     ctx = [json.loads(x) for x in (d/"capture_records.jsonl").read_text().splitlines()][v["accepted"]:]
-    assert len(ctx) == 4 and all(r["id"].startswith("context-") and not any(r["loss_mask"]) for r in ctx)
+    # the dataset's own replies after unused prompts: the loss mask on the reply only
+    assert len(ctx) == 4 and all(r["id"].startswith("context-") and not any(r["loss_mask"][:r["n_prompt"]])
+                                 and any(r["loss_mask"][r["n_prompt"]:]) for r in ctx)
     assert c["captured"] + c["quarantined"] + c["skipped"] == v["accepted"] + 4
-    assert "and 4 prompt-only context records" in led["capture"]["summary"]
+    assert "and 4 context records, with the dataset's replies" in led["capture"]["summary"]
     t = json.loads((d/"train/manifest.json").read_text())
     assert t["counts"]["train_records"] + t["counts"]["heldout_records"] == c["captured"]
     # evaluated on prompts it never generated for nor captured as context (so never trained on)
     held = [json.loads(x)["prompt_ids"] for x in (d/"evaluate_prompts.jsonl").read_text().splitlines()]
     gen_prompts = {tuple(json.loads(x)["prompt_ids"]) for x in (d/"prompts/prompts.jsonl").read_text().splitlines()[:4]}
-    assert held and not {tuple(h) for h in held} & (gen_prompts | {tuple(r["input_ids"]) for r in ctx})
+    assert held and not {tuple(h) for h in held} & (gen_prompts | {tuple(r["input_ids"][:r["n_prompt"]]) for r in ctx})
     rep = json.loads((d/"evaluate/report.json").read_text())
     assert {r["method"] for r in rep["rows"]} == {"eagle3", "ngram", "target"}
     # one report: markdown and a self-contained page, with the headline and the serving commands
