@@ -264,17 +264,15 @@ def dataset_reply(tok, prof, p:dict, max_tokens:int) -> dict|None:
     ("The generation record the dataset itself holds for prompt record `p`: its own next assistant message, rendered "
      "by the chat template after `p`'s ids and cut after the end of turn or at `max_tokens`; None when the row has no "
      "such reply or the template renders the prompt differently with it.")
-    from eagle3nb.prompts import Reject, normalize_row
+    from eagle3nb.prompts import Reject, normalize_row, render_prompt
     src = p.get("source") or {}
     try: conv = normalize_row(src.get("row"), p["id"])
     except Reject: return None
     k = src.get("assistant_index")
     if k is None or k >= len(conv.messages) or conv.messages[k]["role"] != "assistant": return None
     thinking = (p.get("options") or {}).get("thinking")
-    kw = {} if thinking is None else {"enable_thinking": thinking, "thinking": thinking}
-    text = tok.apply_chat_template(p["messages"] + [conv.messages[k]], tools=p.get("tools") or None,
-                                   add_generation_prompt=False, tokenize=False, **kw)
-    ids, n = list(tok.encode(text, add_special_tokens=False)), len(p["prompt_ids"])
+    ids = render_prompt(tok, p["messages"] + [conv.messages[k]], p.get("tools"), thinking, generation_prompt=False)
+    n = len(p["prompt_ids"])
     if ids[:n] != p["prompt_ids"]: return None
     out = ids[n:]
     end = next((i for i, t in enumerate(out) if t in prof.end_ids), None)

@@ -228,12 +228,14 @@ class RowReader:
     def truncated(self): return self._r.truncated if self.is_array else self._r.torn
 
 # %% ../nbs/02_prompts.ipynb #db5029b0
-def render_prompt(tokenizer, messages:list, tools:list|None=None, thinking:bool|None=None, **template_kwargs) -> list:
+def render_prompt(tokenizer, messages:list, tools:list|None=None, thinking:bool|None=None,
+                  generation_prompt:bool=True, # False: `messages` as they stand (a conversation ending in a reply)
+                  **template_kwargs) -> list:
     "Prompt ids for the next assistant turn after `messages`."
     kw = dict(template_kwargs)
     if thinking is not None: kw.update(enable_thinking=thinking, thinking=thinking)
-    text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
-                                         **kw)
+    text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=generation_prompt,
+                                         tokenize=False, **kw)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 # %% ../nbs/02_prompts.ipynb #e97216f8

@@ -93,9 +93,7 @@ def _gen_suffixes(tok) -> list:
     for thinking in (None, True, False):
         try:
             with_gp = render_prompt(tok, probe, thinking=thinking)
-            kw = {} if thinking is None else dict(enable_thinking=thinking, thinking=thinking)
-            text = tok.apply_chat_template(probe, add_generation_prompt=False, tokenize=False, **kw)
-            without = list(tok.encode(text, add_special_tokens=False))
+            without = render_prompt(tok, probe, thinking=thinking, generation_prompt=False)
         except Exception: continue
         k = 0
         while k < min(len(with_gp), len(without)) and with_gp[k] == without[k]: k += 1
