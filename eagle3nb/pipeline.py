@@ -204,10 +204,10 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
         raise InputError("[generate] prompts must be ≥ 1 (or absent: all)")
     if c.capture.context_prompts < 0: raise InputError("[capture] context_prompts must be ≥ 0")
     # like all of [capture], context records are unused when training is online (nothing is captured)
-    if c.capture.context_prompts and c.train.source == "offline" and c.capture.engine != "local":
+    ctx = c.capture.context_prompts and c.train.source == "offline"
+    if ctx and c.capture.engine != "local":
         raise InputError("[capture] context_prompts needs [capture] engine = \"local\" (or set context_prompts = 0)")
-    if c.capture.context_prompts and c.train.source == "offline" and not c.capture.context_replies \
-            and c.train.loss_positions != "all":
+    if ctx and not c.capture.context_replies and c.train.loss_positions != "all":
         raise InputError("[capture] context_prompts without context_replies trains on prompt positions only: it needs "
                          "[train] loss_positions = \"all\" (or set context_replies = true, or context_prompts = 0)")
     return c
@@ -282,29 +282,29 @@ def dataset_reply(tok, prof, p:dict, max_tokens:int) -> dict|None:
     return {"id": f"context-{p['id']}", "prompt_id": p["id"], "prompt_ids": p["prompt_ids"],
             "output_ids": out[:max_tokens], "finish_reason": fr}
 
-def context_records(run, c:PipelineConfig) -> list:
-    ("The `[capture] context_prompts` records: unused prompts, ids `context-…`; alone (loss mask all zero), or with "
-     "`context_replies` the dataset's own reply after each, checked like a generated one (its loss mask on the reply).")
+def context_records(run, c:PipelineConfig) -> tuple:
+    ("`(records, passed over)`: the `[capture] context_prompts` records, unused prompts with ids `context-…`; alone "
+     "(loss mask all zero), or with `context_replies` the dataset's own reply after each, checked like a generated "
+     "one (its loss mask on the reply); passed over: prompts skipped for want of a reply that passes every check.")
+    from eagle3nb.models import load_target
+    from eagle3nb.validate import check_record, derive_profile, training_row
     _, held, rest = _prompt_split(Path(run), c)   # the rest excludes the generated prompts already
     used = {tuple(p["prompt_ids"]) for p in held}
     rest = [p for p in rest if tuple(p["prompt_ids"]) not in used]
-    if not c.capture.context_replies:
-        return [{"id": f"context-{p['id']}", "prompt_id": p["id"], "turn": p.get("turn", 0),
-                 "input_ids": p["prompt_ids"], "n_prompt": len(p["prompt_ids"]),
-                 "segments": [["prompt", 0, len(p["prompt_ids"])]], "loss_mask": [0] * len(p["prompt_ids"]),
-                 "finish_reason": None, "truncated": False} for p in rest[:c.capture.context_prompts]]
-    from eagle3nb.models import load_target
-    from eagle3nb.validate import check_record, derive_profile, training_row
     tok = load_target(c.target).tokenizer
-    prof, out = derive_profile(tok), []
-    for p in rest:      # the next unused prompts whose reply passes every check, up to context_prompts
+    prof, out, passed = derive_profile(tok), [], 0
+    masks = (c.validate.mask_reasoning, c.validate.mask_tool_calls)
+    for p in rest:      # the next unused prompts (whose reply passes every check), up to context_prompts
         if len(out) == c.capture.context_prompts: break
+        if not c.capture.context_replies:
+            rec = {"id": f"context-{p['id']}", "prompt_id": p["id"], "prompt_ids": p["prompt_ids"], "output_ids": []}
+            out.append(training_row(prof, rec, p.get("turn", 0), None, []))
+            continue
         rec = dataset_reply(tok, prof, p, c.generate.max_new_tokens)
-        if rec is None: continue
-        segs, probs, _ = check_record(tok, prof, rec)
-        if not probs: out.append(training_row(prof, rec, p.get("turn", 0), rec["finish_reason"], segs,
-                                              (c.validate.mask_reasoning, c.validate.mask_tool_calls)))
-    return out
+        segs, probs, _ = check_record(tok, prof, rec) if rec is not None else ([], ["no reply"], None)
+        if probs: passed += 1
+        else: out.append(training_row(prof, rec, p.get("turn", 0), rec["finish_reason"], segs, masks))
+    return out, passed
 
 # %% ../nbs/12_pipeline.ipynb #29e86711
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
@@ -419,10 +419,11 @@ def stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.capture import capture
     records, note = None, ""
     if k.context_prompts:   # the validated records, then the context ones
-        ctx = context_records(run, c)
+        ctx, passed = context_records(run, c)
         records = run/"capture_records.jsonl"
         write_jsonl_atomic(records, [o for _, o in JsonlReader(run/"validate"/"records.jsonl")] + ctx)
-        kind = "with the dataset's replies" if k.context_replies else "prompt-only"
+        kind = (f"with the dataset's replies; {passed} prompts passed over, no reply passing every check"
+                if k.context_replies else "prompt-only")
         note = f" (validated records and {len(ctx)} context records, {kind})"
     m = capture(run, None, k.layers, k.dtype, batch_tokens=k.batch_tokens, model_dtype=k.model_dtype, records=records,
                 fresh=fresh)
