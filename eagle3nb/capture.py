@@ -8,7 +8,7 @@ import hashlib, json, os, shutil, time
 from contextlib import contextmanager
 from pathlib import Path
 from fastcore.basics import patch
-from .core import (InputError, JsonlReader, JsonlWriter, read_json, read_manifest, write_json,
+from .core import (InputError, JsonlReader, JsonlWriter, check_settings, read_json, read_manifest, write_json,
                            write_jsonl_atomic, write_manifest)
 from .models import load_target
 
@@ -193,21 +193,13 @@ def capture_config(tgt, aux_layers:list, dtype:str, model_dtype:str) -> dict:
 def lock_config(out, cfg:dict, fresh:bool=False, write:bool=True):
     "Write `out/config.json` before the first shard, or refuse a directory holding a capture of another configuration."
     out = Path(out)
-    p = out/"config.json"
     if fresh and write and out.exists(): shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    if p.exists():
-        old = read_json(p)
-        diff = [k for k in cfg if old.get(k) != cfg[k]]
-        if diff:
-            raise InputError(f"{out} holds a capture made with " + ", ".join(f"{k}={old.get(k)!r}" for k in diff) +
-                             "; this run asks for " + ", ".join(f"{k}={cfg[k]!r}" for k in diff) +
-                             ": rerun with --fresh (fresh=True) to discard it, or use another run directory "
-                             "(never mix configurations)")
+    if check_settings(out, "a capture", cfg): pass
     elif any((out/"shards").glob("*.safetensors*")):
         raise InputError(f"{out/'shards'} holds shards but no config.json saying how they were made: "
                          "rerun with --fresh (fresh=True) to discard them, or use another run directory")
-    elif write: write_json(p, cfg)
+    elif write: write_json(out/"config.json", cfg)
     return cfg
 
 # %% ../nbs/07_capture.ipynb #b04512ef

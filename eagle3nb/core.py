@@ -14,7 +14,8 @@ from typing import Any, Iterator
 # %% auto #0
 __all__ = ['InputError', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader', 'read_jsonl', 'atomic_write_text',
            'write_jsonl_atomic', 'jsonl_writers_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions',
-           'stage_dir', 'write_manifest', 'read_manifest', 'manifest_config', 'Tally', 'first_diff', 'PromptRecord']
+           'stage_dir', 'write_manifest', 'read_manifest', 'manifest_config', 'check_settings', 'Tally', 'first_diff',
+           'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
@@ -226,6 +227,21 @@ def manifest_config(d, key:str, default=None):
     p = Path(d)/"manifest.json"
     return (read_json(p).get("config") or {}).get(key, default) if p.exists() else default
 
+# %% ../nbs/00_core.ipynb #7582095d
+def check_settings(d, what:str, cfg:dict, fresh:bool=False) -> bool:
+    ("Compare `cfg` with `d/config.json`, the settings the data in folder `d` was made with: False when there is none "
+     "yet or `fresh`, True when they match; any difference refuses, naming both values and the way out.")
+    p = Path(d)/"config.json"
+    if fresh or not p.exists(): return False
+    old = read_json(p)
+    diff = [k for k in cfg if old.get(k) != cfg[k]]
+    if diff:
+        raise InputError(f"{d} holds {what} made with " + ", ".join(f"{k}={old.get(k)!r}" for k in diff) +
+                         "; this run asks for " + ", ".join(f"{k}={cfg[k]!r}" for k in diff) +
+                         ": rerun with --fresh (fresh=True) to discard it, or use another run directory "
+                         "(never mix settings)")
+    return True
+
 # %% ../nbs/00_core.ipynb #ec9cea46
 @dataclass
 class Tally:
@@ -265,6 +281,7 @@ class PromptRecord:
     tools: list|None = None  # tool definitions passed to the template
     source: dict = field(default_factory=dict)     # format, file, line/index, and the original row
     options: dict = field(default_factory=dict)    # template options used (thinking, ...)
+    conversation: str|None = None  # the conversation it comes from (held-out sets are disjoint by conversation)
     def to_dict(self) -> dict: return asdict(self)
     @classmethod
     def from_dict(cls, d:dict): return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})

