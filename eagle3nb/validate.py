@@ -16,9 +16,10 @@ from .models import load_tokenizer
 from .prompts import render_prompt, normalize_row, Reject
 
 # %% auto #0
-__all__ = ['FAMILIES', 'FAMILY_MARKERS', 'SEGMENT_COLORS', 'token_id', 'detect_family', 'TokenProfile', 'derive_profile',
-           'Problem', 'is_truncated', 'segment_output', 'loss_mask_from_segments', 'assistant_message',
-           'next_turn_prompt', 'check_record', 'training_row', 'validate', 'report_markdown', 'plot_report',
+__all__ = ['FAMILIES', 'FAMILY_MARKERS', 'PROBE_TOOLS', 'PROBE_CONVERSATION', 'SEGMENT_COLORS', 'token_id', 'detect_family',
+           'TokenProfile', 'template_parts', 'forbidden_markers', 'derive_profile', 'Problem', 'generation_prompt_of',
+           'is_truncated', 'segment_output', 'loss_mask_from_segments', 'assistant_message', 'next_turn_prompt',
+           'check_record', 'training_row', 'forbidden_table', 'validate', 'report_markdown', 'plot_report',
            'tokens_html', 'token_inspector']
 
 # %% ../nbs/06_validate.ipynb #6cdb27b0
@@ -80,8 +81,10 @@ class TokenProfile:
     # the body between tool_open and tool_close is JSON {name, arguments}
     tool_json_body: bool = False
     end_ids: list = field(default_factory=list)       # ids that end a turn (the first is the family's end-of-turn)
-    forbidden_ids: list = field(default_factory=list) # ids that mean the model ran into a new turn
+    forbidden_ids: list = field(default_factory=list) # ids only the other side writes (sorted keys of `forbidden`)
+    forbidden: dict = field(default_factory=dict)     # id -> {reason: the check it fails, seen_in: who writes it}
     harmony: dict = field(default_factory=dict)       # gpt-oss: start, channel, message, end, call, return, constrain
+    harmony_roles: dict = field(default_factory=dict) # gpt-oss: role after <|start|> -> {reason, seen_in}
     generation_prompts: list = field(default_factory=list)   # the id suffixes a prompt may end with
     names: dict = field(default_factory=dict)         # id -> token string, for reports
 
@@ -105,6 +108,87 @@ def _gen_suffixes(tok) -> list:
         if suf and suf not in out: out.append(suf)
     return out
 
+# %% ../nbs/06_validate.ipynb #5124118b
+_PROBE_CALL = {"id": "call_0", "type": "function",
+               "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+PROBE_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+PROBE_CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
+                      {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]},
+                      {"role": "tool", "tool_call_id": "call_0", "name": "get_weather", "content": '{"temp": 21}'},
+                      {"role": "assistant", "content": "It is 21 degrees."}, {"role": "user", "content": "Thanks."}]
+
+# %% ../nbs/06_validate.ipynb #5be65328
+def _lcp(a:list, b:list) -> int:
+    "Length of the common prefix of `a` and `b`."
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]: k += 1
+    return k
+
+def template_parts(tok,
+                   conversation:list|None=None, # messages to render instead of `PROBE_CONVERSATION`
+                   tools:list|None=None, # the tools `conversation` is rendered with
+                  ) -> dict:
+    "The ids the chat template writes for `user`, `tool` and `system` messages, and the assistant's `completion`s."
+    no_tools = [m for m in PROBE_CONVERSATION if m["role"] != "tool" and "tool_calls" not in m]
+    tries = [(conversation, tools)] if conversation else [(PROBE_CONVERSATION, PROBE_TOOLS), (PROBE_CONVERSATION, None),
+                                                          (no_tools, PROBE_TOOLS), (no_tools, None)]
+    for msgs, tl in tries:   # the richest probe the template renders
+        render = lambda k, gp=False: render_prompt(tok, msgs[:k], tl, generation_prompt=gp)
+        try: render(len(msgs))
+        except Exception: continue
+        parts, prev, roles = defaultdict(list), [], set()
+        for k in range(1, len(msgs) + 1):
+            role = msgs[k - 1]["role"]
+            roles.add(role)
+            try: cur = render(k)
+            except Exception: continue   # a prefix the template will not render: its ids go to the next step
+            for r in roles - {"assistant"}: parts[r] += cur[_lcp(prev, cur):]
+            if role == "assistant":     # what follows the generation prompt is what the model writes
+                try: parts["completion"] += cur[_lcp(render(k - 1, True), cur):]
+                except Exception: pass
+            prev, roles = cur, set()
+        return dict(parts)
+    return {}
+
+# %% ../nbs/06_validate.ipynb #d9e29853
+def _marker_ids(tok) -> set:
+    "The tokenizer's added tokens, special or not: the ids a chat template writes as structure."
+    dec = getattr(tok, "added_tokens_decoder", None)
+    return set(dec) if dec else set(getattr(tok, "all_special_ids", ()) or ())
+
+def _reason(seen_in:list) -> str:
+    "The check a forbidden marker fails, from where the template writes it."
+    return {("tool",): "tool_output", ("system",): "system"}.get(tuple(seen_in), "turn_start")
+
+def forbidden_markers(tok, parts:dict, generation_prompts:list, own:set) -> dict:
+    "id -> where it is written (`user`, `tool`, `system`, `generation prompt`), for markers the model never writes."
+    own, markers, seen = set(own) | set(parts.get("completion", ())), _marker_ids(tok), defaultdict(list)
+    where_ids = [(w, parts.get(w, ())) for w in ("user", "tool", "system")]
+    where_ids += [("generation prompt", g) for g in generation_prompts]
+    for where, ids in where_ids:
+        for i in ids:
+            if i in markers and i not in own and where not in seen[i]: seen[i].append(where)
+    return dict(seen)
+
+# %% ../nbs/06_validate.ipynb #78a8942b
+def _harmony_roles(tok, prof:TokenProfile, parts:dict) -> dict:
+    "harmony: the roles the template writes after `<|start|>` for user, tool and system messages -> {reason, seen_in}."
+    h, seen = prof.harmony, defaultdict(list)
+    for where in ("user", "tool", "system"):
+        ids = parts.get(where, [])
+        for k, t in enumerate(ids):
+            if t != h["start"]: continue
+            j = k + 1
+            while j < len(ids) and ids[j] not in (h["channel"], h["message"]): j += 1
+            role = _harmony_role(tok.decode(ids[k + 1:j]))
+            if role != "assistant" and where not in seen[role]: seen[role].append(where)
+    return {r: {"reason": _reason(w), "seen_in": w} for r, w in seen.items()}
+
+def _harmony_role(header:str) -> str:
+    "The role word of a harmony header: `functions.get_weather to=assistant` -> `functions`."
+    return header.split()[0].split(".")[0] if header.split() else ""
+
 # %% ../nbs/06_validate.ipynb #e1375f2f
 def derive_profile(tok, family:str|None=None) -> TokenProfile:
     "A `TokenProfile` for `tok`: the family auto-detected (or given), every id looked up by its token string."
@@ -125,18 +209,21 @@ def derive_profile(tok, family:str|None=None) -> TokenProfile:
         p.tool_json_body = spec.get("json_body", False)
     p.end_ids = [i for i in (opt(s) for s in spec["end"]) if i is not None]
     if not p.end_ids: raise InputError(f"the {fam} profile found none of its end-of-turn tokens {spec['end']}")
-    forb = [opt(s) for s in spec["forbidden"]]
-    for attr in ("bos_token_id", "pad_token_id"):
-        i = getattr(tok, attr, None)
-        if isinstance(i, int): forb.append(i)
-    p.forbidden_ids = sorted({i for i in forb if i is not None and i not in p.end_ids})
-    if "harmony" in spec:
-        p.harmony = {s.strip("<|>"): need(s) for s in spec["harmony"]}
-        p.forbidden_ids = [i for i in p.forbidden_ids if i != p.harmony["start"]]
+    if "harmony" in spec: p.harmony = {s.strip("<|>"): need(s) for s in spec["harmony"]}
     p.generation_prompts = _gen_suffixes(tok)
-    ids = [p.think_open, p.think_close, p.tool_open, p.tool_close, *p.tool_inner, *p.end_ids, *p.forbidden_ids,
-           *p.harmony.values()]
-    p.names = {i: tok.convert_ids_to_tokens(i) for i in ids if i is not None}
+    own = {i for i in (p.think_open, p.think_close, p.tool_open, p.tool_close, *p.tool_inner, *p.end_ids,
+                       *p.harmony.values()) if i is not None}
+    floor = {opt(s): "family table" for s in spec["forbidden"]}
+    floor.update({getattr(tok, a): a.removesuffix("_id") for a in ("bos_token_id", "pad_token_id")})
+    floor = {i: w for i, w in floor.items() if isinstance(i, int) and i not in own}
+    parts = template_parts(tok)
+    seen = forbidden_markers(tok, parts, p.generation_prompts, own)
+    p.forbidden = {i: {"reason": "turn_start" if i in floor else _reason(seen[i]),
+                       "seen_in": seen.get(i, []) + ([floor[i]] if i in floor else [])}
+                   for i in sorted(set(floor) | set(seen))}
+    p.forbidden_ids = list(p.forbidden)
+    if p.harmony: p.harmony_roles = _harmony_roles(tok, p, parts)
+    p.names = {i: tok.convert_ids_to_tokens(i) for i in [*own, *p.forbidden_ids]}
     return p
 
 # %% ../nbs/06_validate.ipynb #9fd2bb4f
@@ -158,10 +245,15 @@ def _tool_json_ok(tok, ids) -> str|None:
     return None
 
 # %% ../nbs/06_validate.ipynb #6407b3b7
+def generation_prompt_of(prof:TokenProfile, prompt_ids:list) -> list|None:
+    "The longest of the template's generation prompts that `prompt_ids` ends with (None: it ends with none of them)."
+    fits = [g for g in prof.generation_prompts if 0 < len(g) <= len(prompt_ids) and prompt_ids[-len(g):] == g]
+    return max(fits, key=len, default=None)
+
 def _prompt_reasoning_state(prof, prompt_ids) -> str:
     "'open' if the generation prompt leaves reasoning open, 'closed' if it pre-closes it, else 'none'."
     if prof.think_open is None: return "none"
-    for t in reversed(prompt_ids[-8:]):
+    for t in reversed(generation_prompt_of(prof, prompt_ids) or []):   # never the user's or a tool's text
         if t == prof.think_open: return "open"
         if t == prof.think_close: return "closed"
     return "none"
@@ -186,6 +278,16 @@ def _end_problems(prof:TokenProfile, output_ids:list, finish:dict, state:str, in
         if state == "open": probs.append(Problem("reasoning", n, "reasoning never closed"))
         if in_tool: probs.append(Problem("tool_calls", n, "tool-call region never closed"))
     return probs
+
+# %% ../nbs/06_validate.ipynb #8def45fc
+_WHY = {"turn_start": "the model ran into a new turn", "tool_output": "the model wrote a tool's reply itself",
+        "system": "the model wrote a system message"}
+
+def _forbidden_problem(prof:TokenProfile, t:int, i:int) -> Problem:
+    "The problem of forbidden marker `t` at output position `i`, named by who alone writes it."
+    f = prof.forbidden[t]
+    return Problem(f["reason"], i, f"{prof.names.get(t, t)} inside the output: {_WHY[f['reason']]} "
+                                   f"(seen in: {', '.join(f['seen_in'])})")
 
 # %% ../nbs/06_validate.ipynb #6ea1ec22
 def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:dict, tok=None) -> tuple:
@@ -243,9 +345,7 @@ def segment_output(prof:TokenProfile, prompt_ids:list, output_ids:list, finish:d
             tail_ok = i == n - 1 or (prof.family == "kimi" and i == n - 2 and output_ids[-1] in prof.end_ids)
             if not tail_ok: probs.append(Problem("end", i, f"{prof.names[t]} inside the output, not at its end"))
             else: cut(i, "end")
-        elif t in prof.forbidden_ids:
-            probs.append(Problem("turn_start", i,
-                                 f"{prof.names.get(t, t)} inside the output: the model ran into a new turn"))
+        elif t in prof.forbidden: probs.append(_forbidden_problem(prof, t, i))
     if n > start: segs.append([kind, start, n])
     return segs, probs + _end_problems(prof, output_ids, finish, state, in_tool)
 
@@ -259,7 +359,10 @@ def _segment_harmony(prof, out, finish, tok):
             while j < n and out[j] not in (h["channel"], h["message"]): j += 1
             role = tok.decode(out[i + 1:j]).strip() if tok is not None else "assistant"
             if not role.startswith("assistant"):
-                probs.append(Problem("turn_start", i, f"<|start|>{role}: the model ran into a new {role} turn"))
+                other = {"reason": "turn_start", "seen_in": ["no template part"]}
+                r = prof.harmony_roles.get(_harmony_role(role), other)
+                probs.append(Problem(r["reason"], i, f"<|start|>{role} inside the output: {_WHY[r['reason']]} "
+                                                     f"(seen in: {', '.join(r['seen_in'])})"))
                 break
             segs.append(["header", i, j])
             i = j
@@ -276,6 +379,7 @@ def _segment_harmony(prof, out, finish, tok):
         while k < n and out[k] not in (h["end"], h["call"], h["return"]):
             if out[k] in (h["channel"], h["start"], h["message"]):
                 probs.append(Problem("harmony", k, f"{prof.names[out[k]]} inside a message body"))
+            elif out[k] in prof.forbidden: probs.append(_forbidden_problem(prof, out[k], k))
             k += 1
         if k >= n:
             segs.append([kind, i, n])
@@ -505,12 +609,19 @@ def counts(self:_Validation) -> dict:
             "next_turn_prompts": self.n_next, "truncated_kept": self.n_trunc_kept,
             "length_at_end_of_turn": self.n_len_end}
 
+# %% ../nbs/06_validate.ipynb #13f07213
+def forbidden_table(prof:TokenProfile) -> list:
+    "What the profile forbids in an output: each marker id (gpt-oss: each `<|start|>` role), its check, who writes it."
+    rows = [{"id": i, "token": prof.names.get(i, str(i)), **f} for i, f in prof.forbidden.items()]
+    return rows + [{"id": None, "token": f"<|start|>{r}", **f} for r, f in prof.harmony_roles.items()]
+
 # %% ../nbs/06_validate.ipynb #a87c6ffe
 @patch
 def report(self:_Validation) -> dict:
     "`report.json`: the counts, what was checked, output lengths, and up to three examples per failed check."
     prof = self.prof
-    return {"family": prof.family, "profile": {k: v for k, v in asdict(prof).items() if k != "names"},
+    profile = {k: v for k, v in asdict(prof).items() if k not in ("names", "forbidden", "harmony_roles")}
+    return {"family": prof.family, "profile": profile, "forbidden_markers": forbidden_table(prof),
             "counts": self.tally.as_dict(), "failed_checks": dict(sorted(self.by_check.items())),
             "finish_reasons": dict(self.finish), "checked": dict(self.checked), "truncated_kept": self.n_trunc_kept,
             "length_at_end_of_turn": self.n_len_end, "next_turn_prompts": self.n_next,
@@ -568,6 +679,9 @@ def report_markdown(r:dict) -> str:
          f"truncated kept: {r['truncated_kept']}; next-turn prompts: {r['next_turn_prompts']}", "",
          "| check | samples failing |", "|---|---|"]
     L += [f"| `{k}` | {v} |" for k, v in r["failed_checks"].items()] or ["| (none) | 0 |"]
+    L += ["", "| must not appear in an output | check | seen in |", "|---|---|---|"]
+    L += [f"| `{m['token']}`" + (f" ({m['id']})" if m["id"] is not None else "") + f" | `{m['reason']}` | "
+          f"{', '.join(m['seen_in'])} |" for m in r.get("forbidden_markers", [])]
     L += ["", "| finish reason | samples |", "|---|---|"] + [f"| {k} | {v} |" for k, v in r["finish_reasons"].items()]
     L += ["", "| output length | accepted | rejected |", "|---|---|---|"]
     for b in r["output_length"]["accepted"]["buckets"]:
