@@ -110,7 +110,8 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                                          "(long generations are not cut off)", float)=0.1,
                  max_retries:Param("retries of transient faults per request", int)=6,
                  prompts:Param("prompt records to read (default: RUN/prompts/prompts.jsonl), "
-                               "e.g. a validate/next_prompts.jsonl", str)=None):
+                               "e.g. a validate/next_prompts.jsonl", str)=None,
+                 fresh:Param("discard samples on file that were drawn with other sampling settings", store_true)=False):
     "Token-direct generation: prompt ids in, output ids out, resumable."
     from eagle3nb.engines import Sampling, make_engine
     from eagle3nb.generate import generate
@@ -122,7 +123,7 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                                  max_retries=max_retries)
                      for u in (url or [None])]
     m = generate(run, engines, s, n=n, concurrency=concurrency, retry_failed=retry_failed, limit=limit,
-                 prompts_path=prompts, batch_size=batch_size)
+                 prompts_path=prompts, batch_size=batch_size, fresh=fresh)
     print(generate_summary(m))
     print(f"wrote {Path(run)/'generate'}")
 
@@ -265,21 +266,24 @@ def _ks(s:str) -> list:
 
 @call_parse
 def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/)", str)="runs/default",
-                 prompts:Param("held-out prompts: JSONL of prompt records (prompt_ids) "
-                               "or conversations (messages)", str)=None,
+                 prompts:Param("held-out prompts: JSONL of prompt records (prompt_ids) or conversations (messages); "
+                               "default: RUN/evaluate_prompts.jsonl, the main job's held-out split", str)=None,
                  drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
                  ks:Param("chain lengths K to measure, e.g. 1-7 or 1,3,5", str)="1-7",
                  temperature:Param("0 is greedy (and lossless); above it, speculative sampling", float)=0.0,
                  max_new_tokens:Param("most tokens per prompt", int)=128,
                  limit:Param("only the first N prompts", int)=None,
+                 draft_sample:Param("at T > 0: greedy (argmax drafts, vLLM's default) or probabilistic", str)="greedy",
                  no_ngram:Param("skip the n-gram prompt-lookup comparison", store_true)=False):
     ("Real draft-and-verify decoding (vLLM's loop): τ, per-position acceptance, tokens per forward, "
      "n-gram beside it, recommended K.")
     from eagle3nb.evaluate import evaluate, print_report
-    if not prompts:
-        raise InputError("--prompts is required: a JSONL of held-out prompts "
-                         "(e.g. a prompts.jsonl from eagle3nb prepare)")
-    rep = evaluate(run, prompts, drafter, _ks(ks), temperature, max_new_tokens, limit, not no_ngram)
+    prompts = prompts or Path(run)/"evaluate_prompts.jsonl"
+    if not Path(prompts).exists():
+        raise InputError(f"{prompts}: no held-out prompts; pass --prompts, a JSONL of prompt records or conversations "
+                         "the drafter never trained on (the main job writes RUN/evaluate_prompts.jsonl)")
+    rep = evaluate(run, prompts, drafter, _ks(ks), temperature, max_new_tokens, limit, not no_ngram,
+                   draft_sample=draft_sample)
     print_report(rep)
     print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
 

@@ -8,15 +8,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 import torch
-from .core import InputError, stage_dir, write_json, write_manifest
+from .core import InputError, read_json, stage_dir, write_json, write_manifest
 from .capture import catch_aux
 from .drafter import Drafter, load_drafter
 from .engines import _cache_kw, _eos_ids
+from .heldout import check_drafter_heldout, prompt_records
+from .train import walk
 
 # %% auto #0
-__all__ = ['TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode', 'load_eval_prompts',
-           'run_prompts', 'sweep', 'measure_costs', 'recommend_k', 'tau_sim_by_k', 'plot_report', 'evaluate',
-           'print_report']
+__all__ = ['ROW_KEYS', 'TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode', 'run_prompts',
+           'sweep', 'greedy_tail', 'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row',
+           'replay', 'measure_costs', 'recommend_k', 'tau_sim_by_k', 'plot_report', 'evaluate', 'print_report']
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
@@ -182,24 +184,6 @@ def spec_decode(model, # the target (a transformers causal LM)
         if aux is not None: aux = aux[:n_acc + 1]
         p0, new = L - 1, drafts[:n_acc] + [bonus]
 
-# %% ../nbs/10_evaluate.ipynb #395871a3
-def load_eval_prompts(path, tokenizer, limit:int|None=None) -> list:
-    "`(id, prompt_ids)` from prompt records (`prompt_ids`) or conversations (`messages`, in the target's template)."
-    from eagle3nb.core import JsonlReader
-    from eagle3nb.prompts import first_turn, normalize_row, render_prompt
-    out = []
-    for line, row in JsonlReader(path):
-        if limit is not None and len(out) >= limit: break
-        if isinstance(row, dict) and row.get("prompt_ids"):
-            out.append((str(row.get("id", line)), [int(i) for i in row["prompt_ids"]]))
-            continue
-        try: msgs = first_turn(normalize_row(row, f"line-{line}"))[0]
-        except Exception as e:
-            raise InputError(f"{path} line {line}: neither prompt_ids nor usable messages ({e})") from None
-        out.append((str(row.get("id", f"line-{line}")), render_prompt(tokenizer, msgs)))
-    if not out: raise InputError(f"{path}: no prompts")
-    return out
-
 # %% ../nbs/10_evaluate.ipynb #5012f501
 def run_prompts(model, prompts:list, max_new_tokens:int, eos_ids:list, seed:int=0, **kw) -> tuple:
     "`spec_decode` over `(id, prompt_ids)` pairs (prompt i seeded `seed + i`); return `(outputs, summed SpecStats)`."
@@ -212,7 +196,9 @@ def run_prompts(model, prompts:list, max_new_tokens:int, eos_ids:list, seed:int=
 
 # %% ../nbs/10_evaluate.ipynb #ed749fc8
 def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids:list, ks=range(1, 8),
-          temperature:float=0.0, ngram:bool=True, progress:bool=True) -> dict:
+          temperature:float=0.0, ngram:bool=True, progress:bool=True,
+          greedy_draft:bool=True, # at T > 0, argmax drafts (vLLM's default `draft_sample_method`) or sampled ones
+         ) -> dict:
     "Decode every prompt with the target alone, then drafter and n-gram lookup at each K; rows of vLLM-style counters."
     from tqdm.auto import tqdm
     ks = list(ks)
@@ -221,12 +207,84 @@ def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids
     rows, base = [], None
     for name, method, k in tqdm(plan, desc="evaluate", disable=not progress):
         outs, st = run_prompts(model, prompts, max_new_tokens, eos_ids, drafter=drafter, k=k, method=method,
-                               temperature=temperature)
+                               temperature=temperature, greedy_draft=greedy_draft)
         if base is None: base = outs
         rows.append({"method": name, **st.summary(), "outputs_equal_target": outs == base})
     for r in rows:
         r["speedup"] = round(r["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows[0]["tokens_per_s"] else None
     return {"rows": rows, "outputs": base}
+
+# %% ../nbs/10_evaluate.ipynb #eb3f4b96
+@torch.inference_mode()
+def greedy_tail(model, ids:list, n:int) -> list:
+    "`n` more greedy tokens after `ids`, EOS ignored: what a verify forward past the end of an output compares against."
+    tc, out = TargetCache(model), []
+    logits, _ = tc(ids)
+    for j in range(n):
+        out.append(int(logits[-1].argmax()))
+        if j < n - 1: logits, _ = tc([out[-1]])
+    return out
+
+def _leading(drafts:list, truth:list) -> tuple:
+    "`(proposed, accepted)`: how many drafts, and how many of them lead in agreement with `truth`."
+    a = 0
+    while a < min(len(drafts), len(truth)) and drafts[a] == truth[a]: a += 1
+    return len(drafts), a
+
+def replay_stats(c:dict, k:int, n_out:int) -> SpecStats:
+    "The `SpecStats` of a walk over one output of `n_out` tokens (target forwards: the prefill, then one per cycle)."
+    return SpecStats(k=k, drafts=c["drafts"], draft_tokens=c["draft_tokens"], accepted=c["accepted"],
+                     accepted_per_pos=list(c["accepted_per_pos"]), target_forwards=1 + c["cycles"],
+                     output_tokens=n_out)
+
+# %% ../nbs/10_evaluate.ipynb #59c34b74
+def replay_ngram(seq:list, # prompt + greedy output + at least `k` greedy tokens past its end
+                 n_prompt:int, n_out:int, k:int, ngram:tuple=(2, 4),
+                 memo:dict|None=None, # n → a longer proposal (shared between K: each is a prefix of the longest)
+                ) -> SpecStats:
+    "The n-gram loop's counters at T=0 and chain length `k`, without a target forward."
+    memo = {} if memo is None else memo
+    def accepted(n):
+        if memo.get(n, (0,))[0] < k: memo[n] = (k, ngram_propose(seq[:n], k, *ngram))
+        return _leading(memo[n][1][:k], seq[n:n + k])
+    return replay_stats(walk(accepted, n_prompt + 1, n_prompt + n_out, k), k, n_out)
+
+# %% ../nbs/10_evaluate.ipynb #26ef4d91
+@torch.inference_mode()
+def chain_drafts(model, drafter:Drafter, seq:list, steps:int) -> torch.Tensor:
+    ("Every chain's drafts at T=0, `[steps, len(seq)]` target ids: slot p of step k drafts `seq[p+2+k]` "
+     "(one target forward for the aux states, one teacher-forced drafter pass).")
+    _, aux = TargetCache(model, drafter.config.aux_layers_hf)(seq)
+    states = drafter.ttt_forward(torch.tensor([seq]), aux[None].to(drafter.fc.weight.dtype), [len(seq)], steps)
+    return torch.stack([drafter.to_target_ids(drafter.logits(s)[0].float().argmax(-1)) for s in states])
+
+def replay_eagle3(drafts, # `chain_drafts(...)` of `seq`, at least `k` steps
+                  seq:list, n_prompt:int, n_out:int, k:int) -> SpecStats:
+    "The EAGLE-3 loop's counters at T=0 and chain length `k`: a cycle with `n` tokens known drafts from slot `n−2`."
+    d = drafts[:k].T.tolist()
+    return replay_stats(walk(lambda n: _leading(d[n - 2], seq[n:n + k]), n_prompt + 1, n_prompt + n_out, k), k, n_out)
+
+# %% ../nbs/10_evaluate.ipynb #dd5d2f11
+ROW_KEYS = ("k", "tau", "tokens_per_forward", "per_position", "drafts", "draft_tokens", "accepted", "accepted_per_pos",
+            "target_forwards", "output_tokens")
+
+def by_k_row(method:str, row:dict, source:str) -> dict:
+    "A row of `report['by_k']`: a method's counters at one K, and where they come from (`replay` or `loop`)."
+    return {"method": method, **{n: row[n] for n in ROW_KEYS}, "source": source}
+
+def replay(model, drafter:Drafter|None, prompts:list, outputs:list, # the target's greedy outputs of `prompts`
+           eagle_ks, ngram_ks, ngram:tuple=(2, 4), progress:bool=False) -> dict:
+    "`{method: [rows]}`: each method's counters at each K summed over prompts, replayed exactly from greedy `outputs`."
+    from tqdm.auto import tqdm
+    eagle_ks, ngram_ks = sorted(eagle_ks if drafter is not None else [], reverse=True), sorted(ngram_ks, reverse=True)
+    tot = {"eagle3": {k: SpecStats(k=k) for k in eagle_ks}, "ngram": {k: SpecStats(k=k) for k in ngram_ks}}
+    for (_, p), out in tqdm(list(zip(prompts, outputs)), desc="replay", disable=not progress):
+        seq = p + out + greedy_tail(model, p + out, max(eagle_ks + ngram_ks))
+        drafts = chain_drafts(model, drafter, seq, eagle_ks[0]) if eagle_ks else None
+        memo = {}
+        for k in eagle_ks: tot["eagle3"][k].add(replay_eagle3(drafts, seq, len(p), len(out), k))
+        for k in ngram_ks: tot["ngram"][k].add(replay_ngram(seq, len(p), len(out), k, ngram, memo))
+    return {m: [by_k_row(m, by[k].summary(), "replay") for k in sorted(by)] for m, by in tot.items() if by}
 
 # %% ../nbs/10_evaluate.ipynb #b927f013
 @torch.inference_mode()
@@ -255,7 +313,7 @@ def measure_costs(model, drafter:Drafter|None, context:list, max_k:int=7, repeat
     return out
 
 # %% ../nbs/10_evaluate.ipynb #4f440bf7
-def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured at the largest K)
+def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured at the longest K available)
                 costs:dict) -> dict:
     "The K with the best predicted tokens/s: expected tokens per cycle `1 + Σ_{j≤K} a_j` over its measured cost."
     base = 1 / costs["verify_s"][1]
@@ -285,66 +343,83 @@ def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured 
 
 # %% ../nbs/10_evaluate.ipynb #b5bd465e
 def tau_sim_by_k(metrics_path, ks) -> dict|None:
-    "Training's simulated held-out τ for each chain length K: `1 + Σ_{k≤K} Π_{j≤k} cond_acc_j` (last held-out row)."
+    ("Training's predicted held-out τ for each chain length K, `by_k`: the server walk `tau_walk_k` over its greedy "
+     "held-out records (last held-out row); beside it `every_start_by_k`, `1 + Σ_{k≤K} Π_{j≤k} cond_acc_j`.")
     from eagle3nb.core import JsonlReader
     p = Path(metrics_path)
     if not p.exists(): return None
     rows = [r for _, r in JsonlReader(p) if r.get("split") == "heldout"] or [r for _, r in JsonlReader(p)]
     if not rows or "cond_acc_k" not in rows[-1]: return None
-    ca, out = rows[-1]["cond_acc_k"], {}
+    r = rows[-1]
+    ca, walked, every = r["cond_acc_k"], r.get("tau_walk_k") or [], {}
     for K in ks:
         if K > len(ca): continue
         full, prod = [], 1.0
         for c in ca[:K]:
             prod *= c
             full.append(prod)
-        out[K] = round(1 + sum(full), 5)
-    return {"split": rows[-1].get("split"), "step": rows[-1].get("step"), "tau_sim": rows[-1].get("tau_sim"),
-            "by_k": out}
+        every[K] = round(1 + sum(full), 5)
+    return {"split": r.get("split"), "step": r.get("step"), "tau_sim": r.get("tau_sim"), "tau_walk": r.get("tau_walk"),
+            "walk_records": r.get("walk_records", 0),
+            "by_k": {K: walked[K - 1] for K in ks if K <= len(walked) and walked[K - 1] is not None},
+            "every_start_by_k": every}
 
 # %% ../nbs/10_evaluate.ipynb #1b45ed3b
 def plot_report(report:dict, out_dir) -> list:
-    "A report's figures: τ and tokens per target forward against K, per-position acceptance, speed-up; with settings."
+    "A report's figures: τ and tokens per target forward against K (every K, both methods), per-position, speed-up."
     import matplotlib
     interactive = matplotlib.get_backend().lower().startswith(("module://", "nbagg", "widget", "ipympl"))
     matplotlib.use("Agg") if not interactive else None
     import matplotlib.pyplot as plt
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    c, rows = report["config"], report["rows"]
+    c, rows, by_k = report["config"], report["rows"], report.get("by_k") or {}
     note = (f"{c['target_name']} · chain · T={c['temperature']} · {c['n_prompts']} prompts ({c['prompts_name']}) · "
             f"{c['max_new_tokens']} new tokens")
     paths = []
     by = lambda m: [r for r in rows if r["method"] == m]
     fig, axs = plt.subplots(1, 3, figsize=(15, 4))
-    for m, mk in (("eagle3", "o-"), ("ngram", "s--")):
+    for m, mk, col in (("eagle3", "o", "C0"), ("ngram", "s", "C1")):
+        curve = by_k.get(m, [])
+        if curve:
+            src = curve[0]["source"]
+            axs[0].plot([r["k"] for r in curve], [r["tau"] or 1 for r in curve], "-", color=col, label=f"{m} τ ({src})")
+            axs[1].plot([r["k"] for r in curve], [r["tokens_per_forward"] for r in curve], "-", color=col,
+                        label=f"{m} ({src})")
         rs = by(m)
         if not rs: continue
-        axs[0].plot([r["k"] for r in rs], [r["tau"] or 1 for r in rs], mk, label=f"{m} τ (measured)")
-        axs[1].plot([r["k"] for r in rs], [r["tokens_per_forward"] for r in rs], mk, label=m)
-        axs[2].plot([r["k"] for r in rs], [r["speedup"] for r in rs], mk, label=m)
+        axs[0].plot([r["k"] for r in rs], [r["tau"] or 1 for r in rs], mk, color=col, mfc="none", label=f"{m} τ (loop)")
+        axs[1].plot([r["k"] for r in rs], [r["tokens_per_forward"] for r in rs], mk, color=col, mfc="none",
+                    label=f"{m} (loop)")
+        axs[2].plot([r["k"] for r in rs], [r["speedup"] for r in rs], mk + "-", color=col, label=m)
+    for m, r in (report.get("best") or {}).items():
+        axs[1].annotate(f"best {m}: K={r['k']}", (r["k"], r["tokens_per_forward"]), fontsize=7,
+                        textcoords="offset points", xytext=(0, 6), ha="center")
     ts = report.get("training_tau_sim")
-    if ts and ts["by_k"]:
-        axs[0].plot(list(map(int, ts["by_k"])), list(ts["by_k"].values()), "x:",
-                    label="eagle3 τ_sim (training, held-out)")
+    if ts and ts.get("by_k"):
+        axs[0].plot(list(map(int, ts["by_k"])), list(ts["by_k"].values()), "x:", color="C2",
+                    label=f"eagle3 τ_walk predicted (training, {ts.get('walk_records')} held-out greedy records)")
     axs[1].axhline(1, color="gray", lw=0.8)
     axs[2].axhline(1, color="gray", lw=0.8)
     for ax, t in zip(axs,
-                     ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward",
-                      "wall-clock tokens/s vs target alone")):
+                     ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward (prefill counted)",
+                      "wall-clock tokens/s vs target alone (loop)")):
         ax.set_xlabel("K (draft tokens per verify step)")
         ax.set_title(t, fontsize=10)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
         ax.grid(alpha=.3)
     fig.suptitle(note, fontsize=10)
     fig.tight_layout()
     fig.savefig(out/"acceptance_vs_k.png", dpi=110)
     paths.append(out/"acceptance_vs_k.png")
     plt.close(fig)
-    rs = by("eagle3")
-    if rs:
+    rs, longest = by("eagle3"), max(by_k.get("eagle3", []), key=lambda r: r["k"], default=None)
+    if rs or longest:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for r in rs: ax.plot(range(1, r["k"] + 1), r["per_position"], marker=".", label=f"K={r['k']}")
+        for r in rs: ax.plot(range(1, r["k"] + 1), r["per_position"], marker=".", label=f"K={r['k']} (loop)")
+        if longest:
+            ax.plot(range(1, longest["k"] + 1), longest["per_position"], "k--", marker="x",
+                    label=f"K={longest['k']} ({longest['source']})")
         ax.set_xlabel("draft position k")
         ax.set_ylabel("share of verify steps whose k-th draft was accepted")
         ax.set_ylim(0, 1.02)
@@ -361,48 +436,80 @@ def plot_report(report:dict, out_dir) -> list:
 def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl), writes evaluate/
              prompts, # JSONL of held-out prompt records (`prompt_ids`) or conversations (`messages`)
              drafter=None, # a drafter directory (default: RUN/train/drafter)
-             ks=range(1, 8), temperature:float=0.0, max_new_tokens:int=128, limit:int|None=None,
-             ngram:bool=True, progress:bool=True) -> dict:
-    "Measure the drafter by real draft-and-verify decoding beside n-gram lookup; write `report.json`, plots; return it."
+             ks=range(1, 8), # the K of the real loop (at T=0 every K is also replayed: `report["by_k"]`)
+             temperature:float=0.0, max_new_tokens:int=128, limit:int|None=None,
+             ngram:bool=True, progress:bool=True,
+             draft_sample:str="greedy", # at T > 0: "greedy" argmax drafts (vLLM's default) or "probabilistic"
+            ) -> dict:
+    "Measure the drafter by draft-and-verify decoding beside n-gram lookup, each at its best K; write report and plots."
     from eagle3nb.models import load_target
+    if draft_sample not in ("greedy", "probabilistic"):
+        raise InputError(f"draft_sample={draft_sample!r}: use greedy (argmax drafts, vLLM's default) or probabilistic")
     t0, run = time.time(), Path(run)
-    d = load_drafter(Path(drafter) if drafter else run/"train"/"drafter")
+    ddir = Path(drafter) if drafter else run/"train"/"drafter"
+    d = load_drafter(ddir)
+    ttt = (read_json(ddir/"config.json").get("eagle3nb_train") or {}).get("ttt_steps")
     tgt = load_target(d.config.target)
+    recs = prompt_records(prompts, tgt.tokenizer, limit)     # conversation rows rendered for turn 0
+    checked = check_drafter_heldout(recs, ddir, str(prompts))   # before any forward: never what it trained on
+    ps = [(r["id"], r["prompt_ids"]) for r in recs]
     model, eos = tgt.load_model("float32"), _eos_ids(tgt.path, tgt.tokenizer)
-    ps = load_eval_prompts(prompts, tgt.tokenizer, limit)
     ks = list(ks)
-    res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress)
-    best = max((r for r in res["rows"] if r["method"] == "eagle3"), key=lambda r: r["k"])
-    costs = measure_costs(model, d, ps[0][1] + res["outputs"][0], max(ks))
-    rec = recommend_k(best["per_position"], costs)
+    res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress, draft_sample == "greedy")
+    eagle_ks, ngram_ks = list(range(1, max(ks + [ttt or 0]) + 1)), list(range(1, max(ks + [7]) + 1)) if ngram else []
+    if temperature == 0: by_k = replay(model, d, ps, res["outputs"], eagle_ks, ngram_ks, progress=progress)
+    else: by_k = {m: rs for m in ("eagle3", "ngram")
+                  if (rs := [by_k_row(m, r, "loop") for r in res["rows"] if r["method"] == m])}
+    best = {m: max(rs, key=lambda r: r["tokens_per_forward"] or 0) for m, rs in by_k.items()}
+    longest = max(by_k["eagle3"], key=lambda r: r["k"])
+    costs = measure_costs(model, d, ps[0][1] + res["outputs"][0], longest["k"])
+    rec = recommend_k(longest["per_position"], costs)
     out = stage_dir(run, "evaluate")
-    report = {"config": {"target": str(tgt.path), "target_name": tgt.path.name,
-                         "drafter": str(drafter or run/"train"/"drafter"),
+    report = {"config": {"target": str(tgt.path), "target_name": tgt.path.name, "drafter": str(ddir),
                          "prompts": str(prompts), "prompts_name": Path(prompts).name, "n_prompts": len(ps), "ks": ks,
+                         "heldout_check": checked,
                          "chain": True, "temperature": temperature, "max_new_tokens": max_new_tokens,
-                         "dtype": "float32",
+                         "dtype": "float32", "draft_sample": draft_sample, "drafter_ttt_steps": ttt,
+                         "by_k_source": "replay" if temperature == 0 else "loop",
+                         "by_k_ks": {m: [r["k"] for r in rs] for m, rs in by_k.items()},
+                         "tokens_per_forward": "output tokens / target forwards, the prefill forward counted",
                          "ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4} if ngram else None},
-              "rows": res["rows"],
+              "rows": res["rows"], "by_k": by_k, "best": best,
               "costs": {k: ({str(n): v for n, v in c.items()} if isinstance(c, dict) else c) for k, c in costs.items()},
-              "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", ks)}
+              "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", eagle_ks)}
     report["plots"] = [str(p) for p in plot_report(report, out/"plots")]
     write_json(out/"report.json", report)
     write_manifest(out, "evaluate", report["config"], {"prompts": len(ps), "runs": len(res["rows"])},
-                   {"seconds": round(time.time() - t0, 3)}, recommended_k=rec["k"])
+                   {"seconds": round(time.time() - t0, 3)}, recommended_k=rec["k"],
+                   best={m: {"k": r["k"], "tokens_per_forward": r["tokens_per_forward"]} for m, r in best.items()})
     return report
 
 # %% ../nbs/10_evaluate.ipynb #b190dbfb
 def print_report(report:dict):
-    "A table of the rows, the training τ_sim beside the measured τ, and the recommended K with its reasoning."
+    "The loop's rows, every K (replayed at T=0), each method's best K, training's predicted τ, the recommended K."
     c = report["config"]
     print(f"target {c['target_name']}, chain, T={c['temperature']}, {c['n_prompts']} prompts from {c['prompts_name']}, "
-          f"{c['max_new_tokens']} new tokens")
-    ts = (report.get("training_tau_sim") or {}).get("by_k", {})
-    print(f"{'method':8s} {'K':>2s} {'τ':>7s} {'τ_sim':>7s} {'tok/fwd':>8s} {'tok/s':>8s} {'speedup':>8s}  "
+          f"{c['max_new_tokens']} new tokens" + (f", drafts {c['draft_sample']}" if c["temperature"] else ""))
+    ts = report.get("training_tau_sim") or {}
+    walk_k = ts.get("by_k", {})
+    print("the real loop at the configured K (τ_walk: training's prediction, a server's walk over its held-out greedy "
+          f"answers, {ts.get('walk_records', 0)} records):")
+    print(f"{'method':8s} {'K':>2s} {'τ':>7s} {'τ_walk':>7s} {'tok/fwd':>8s} {'tok/s':>8s} {'speedup':>8s}  "
           "per-position acceptance")
     for r in report["rows"]:
-        sim = ts.get(r["k"], ts.get(str(r["k"]))) if r["method"] == "eagle3" else None
+        sim = walk_k.get(r["k"], walk_k.get(str(r["k"]))) if r["method"] == "eagle3" else None
         print(f"{r['method']:8s} {r['k']:2d} {r['tau'] or 1:7.3f} {'' if sim is None else f'{sim:7.3f}':>7s} "
               f"{r['tokens_per_forward']:8.3f} "
               f"{r['tokens_per_s']:8.1f} {r['speedup']:8.3f}  {' '.join(f'{a:.2f}' for a in r['per_position'])}")
+    by_k = report.get("by_k") or {}
+    if by_k:
+        ms = list(by_k)
+        print(f"every K ({c.get('by_k_source', 'replay')}; tokens per target forward count the prefill forward):")
+        print(f"{'K':>2s} " + " ".join(f"{m + ' τ':>10s} {m + ' tok/fwd':>15s}" for m in ms))
+        for k in sorted({r["k"] for rs in by_k.values() for r in rs}):
+            cells = [next((r for r in by_k[m] if r["k"] == k), None) for m in ms]
+            print(f"{k:2d} " + " ".join(f"{'':>10s} {'':>15s}" if r is None else
+                                        f"{r['tau'] or 1:10.3f} {r['tokens_per_forward']:15.3f}" for r in cells))
+    for m, r in (report.get("best") or {}).items():
+        print(f"best {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward, τ {r['tau'] or 1:.3f}")
     print("recommended", report["recommended"]["reasoning"])

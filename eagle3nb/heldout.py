@@ -11,7 +11,7 @@ from .core import InputError, JsonlReader, manifest_config, read_manifest
 from .prompts import conversation_of
 
 # %% auto #0
-__all__ = ['heldout_side', 'split_prompts', 'TrainedOn', 'trained_on', 'check_heldout', 'prompt_records']
+__all__ = ['heldout_side', 'split_prompts', 'TrainedOn', 'trained_on', 'check_heldout', 'check_drafter_heldout', 'prompt_records']
 
 # %% ../nbs/09a_heldout.ipynb #3578b7a0
 def heldout_side(conversation:str, share:float) -> bool:
@@ -94,6 +94,16 @@ def check_heldout(prompts:list, # prompt records about to be measured (`id`, `pr
                          f"({trained.source}): {shown}. Measure on conversations it never saw: other prompts, or "
                          "the main job's own split (evaluate_prompts.jsonl)")
     return prompts
+
+# %% ../nbs/09a_heldout.ipynb #28c41b92
+def check_drafter_heldout(prompts:list, drafter_dir, where:str="held-out prompts") -> str:
+    "`check_heldout` against the training run a drafter sits in (`RUN/train/drafter`); say what was checked."
+    tdir = Path(drafter_dir).parent
+    if not (tdir/"manifest.json").exists():
+        return f"not checked: no training manifest beside {drafter_dir} says what it was trained on"
+    t = trained_on(tdir)
+    check_heldout(prompts, t, where)
+    return f"disjoint by prompt ids and conversation from the {len(t.records)} records of {t.source}"
 
 # %% ../nbs/09a_heldout.ipynb #24409072
 def prompt_records(path, # JSONL of prompt records (`prompt_ids`) or conversations (`messages` / `conversations`)

@@ -27,6 +27,7 @@ class DataSection:
     limit: int | None = 2000  # read at most this many rows (None: all)
     thinking: bool | None = None  # reasoning on/off in the chat template (None: the template's default)
     max_prompt_tokens: int | None = None  # reject longer prompts (default: the context length)
+    heldout_share: float = 0.1  # share of conversations kept for evaluation (by a hash of the conversation id)
 
 # %% ../nbs/12_pipeline.ipynb #5a74977f
 @dataclass
@@ -34,7 +35,7 @@ class GenerateSection:
     "Token-direct generation (`eagle3nb generate`)."
     engine: str = "serve" # serve: `eagle3nb serve` of the target on loopback; local: in process; sglang or vllm: `urls`
     urls: list = field(default_factory=list)  # server base URLs for sglang / vllm (several spread the load)
-    prompts: int | None = 64  # generate for the first N prompts (None: all but the held-out ones)
+    prompts: int | None = 64  # generate for the first N training-side prompts (None: all of them)
     samples: int = 1  # samples per prompt
     max_new_tokens: int = 384
     temperature: float = 0.0  # 0: greedy (the evaluation is greedy)
@@ -86,11 +87,12 @@ class TrainSection:
 @dataclass
 class EvaluateSection:
     "Draft-and-verify evaluation on held-out prompts (`eagle3nb evaluate`)."
-    prompts: int = 8  # held-out prompts: the ones right after the generated ones
+    prompts: int = 8  # held-out prompts, one per held-out conversation (never moves training data)
     prompts_file: str | None = None  # or a JSONL of prompt records / conversations of your own
     ks: list = field(default_factory=lambda: [1, 3])  # chain lengths K to measure
     max_new_tokens: int = 96
     temperature: float = 0.0
+    draft_sample: str = "greedy"  # at T > 0: argmax drafts (vLLM's default) or probabilistic
     ngram: bool = True  # n-gram prompt lookup beside the drafter
 
 # %% ../nbs/12_pipeline.ipynb #68413527
@@ -198,6 +200,10 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
         raise InputError(f"[train] source = {c.train.source!r}: use offline or online")
     if not c.evaluate.ks or any(not isinstance(k, int) or k < 1 for k in c.evaluate.ks):
         raise InputError(f"[evaluate] ks = {c.evaluate.ks}: a list of chain lengths ≥ 1, e.g. [1, 2, 3]")
+    if c.evaluate.draft_sample not in ("greedy", "probabilistic"):
+        raise InputError(f"[evaluate] draft_sample = {c.evaluate.draft_sample!r}: use greedy or probabilistic")
+    if not 0 < c.data.heldout_share < 1:
+        raise InputError(f"[data] heldout_share = {c.data.heldout_share}: a share of conversations in (0, 1), e.g. 0.1")
     if c.evaluate.prompts < 1 and not c.evaluate.prompts_file:
         raise InputError("[evaluate] prompts must be ≥ 1 (or set prompts_file)")
     if c.generate.prompts is not None and c.generate.prompts < 1:
@@ -222,40 +228,58 @@ def stage_keys(c:PipelineConfig) -> dict:
     keys, prev = {}, c.target
     for s in STAGES:
         sec = asdict(getattr(c, _SECTION[s]))
-        if s == "evaluate": sec["generate_prompts"] = c.generate.prompts   # which prompts are held out
         prev = keys[s] = hashlib.sha256(json.dumps([prev, s, sec], sort_keys=True).encode()).hexdigest()[:16]
     return keys
 
 class Ledger:
-    "`RUN/pipeline.json`: per stage, the settings key it finished under and its time."
+    "`RUN/pipeline.json`: per stage, the settings key it finished under, its output stamp, the earlier stamps it read."
     def __init__(self, run):
         self.path = Path(run)/"pipeline.json"
         self.d = read_json(self.path) if self.path.exists() else {}
-    def done(self, stage:str, key:str) -> bool: return self.d.get(stage, {}).get("key") == key
+    def upstream(self, stage:str) -> dict:
+        "The current output stamps of the stages before `stage` that have run."
+        return {s: self.d[s].get("output") for s in STAGES[:STAGES.index(stage)] if s in self.d}
+    def done(self, stage:str, key:str) -> bool:
+        "Finished under `key`, on the data every earlier stage holds now."
+        e = self.d.get(stage, {})
+        return e.get("key") == key and e.get("upstream") == self.upstream(stage)
     def finish(self, stage:str, key:str, seconds:float, summary:str):
-        self.d[stage] = {"key": key, "seconds": round(seconds, 1), "summary": summary}
+        stamp = hashlib.sha256(f"{stage}:{key}:{time.time_ns()}".encode()).hexdigest()[:16]
+        self.d[stage] = {"key": key, "seconds": round(seconds, 1), "summary": summary, "output": stamp,
+                         "upstream": self.upstream(stage)}
         write_json(self.path, self.d)
+    def stale_before(self, stages:list, keys:dict) -> list:
+        "Stages before the first of `stages`, not among them, that are not done under `keys`."
+        first = min(STAGES.index(s) for s in stages)
+        return [s for s in STAGES[:first] if s not in stages and not self.done(s, keys[s])]
 
 # %% ../nbs/12_pipeline.ipynb #79bbf386
+def _own_prompts(c:PipelineConfig) -> list|None:
+    "`[evaluate] prompts_file` as prompt records (conversation rows rendered), or None."
+    if not c.evaluate.prompts_file: return None
+    from eagle3nb.heldout import prompt_records
+    from eagle3nb.models import load_target
+    return prompt_records(c.evaluate.prompts_file, load_target(c.target).tokenizer)
+
 def _prompt_split(run:Path, c:PipelineConfig) -> tuple:
-    "`(generated, held_out, the rest)` of the prepared prompts; a prompt equal to a generated one is never held out."
+    "`(generated, held_out, the rest)` of the prepared prompts: disjoint by conversation, the rest clear of held-out."
+    from eagle3nb.heldout import split_prompts
+    from eagle3nb.prompts import conversation_of
     prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
-    n_gen = c.generate.prompts if c.generate.prompts is not None else max(0, len(prompts) - c.evaluate.prompts)
-    seen = {tuple(p["prompt_ids"]) for p in prompts[:n_gen]}
-    fresh = [p for p in prompts[n_gen:] if tuple(p["prompt_ids"]) not in seen]
-    held = [o for _, o in JsonlReader(c.evaluate.prompts_file)] if c.evaluate.prompts_file else \
-        fresh[:c.evaluate.prompts]
-    return prompts[:n_gen], held, fresh[0 if c.evaluate.prompts_file else c.evaluate.prompts:]
+    gen, held, rest = split_prompts(prompts, c.generate.prompts, c.evaluate.prompts, c.data.heldout_share)
+    own = _own_prompts(c)
+    if own is not None:
+        held, ids, convs = own, {tuple(p["prompt_ids"]) for p in own}, {conversation_of(p) for p in own}
+        rest = [p for p in rest if tuple(p["prompt_ids"]) not in ids and conversation_of(p) not in convs]
+    return gen, held, rest
 
 def heldout_prompts(run, c:PipelineConfig) -> Path:
-    ("Write `RUN/evaluate_prompts.jsonl`: the prompts right after the generated ones, "
-     "minus any equal to a generated prompt.")
+    "Write `RUN/evaluate_prompts.jsonl`: the held-out prompt records (from the split, or `prompts_file` rendered)."
     run = Path(run)
-    if c.evaluate.prompts_file: return Path(c.evaluate.prompts_file)
     gen, held, _ = _prompt_split(run, c)
     if not held:
-        raise InputError(f"{run/'prompts'/'prompts.jsonl'}: no prompts left after the {len(gen)} generated ones "
-                         "to evaluate on; lower [generate] prompts or raise [data] limit")
+        raise InputError(f"{run/'prompts'/'prompts.jsonl'}: no held-out conversations among the prepared prompts "
+                         f"(heldout_share {c.data.heldout_share}); raise [data] limit or [data] heldout_share")
     write_jsonl_atomic(run/"evaluate_prompts.jsonl", held)
     return run/"evaluate_prompts.jsonl"
 
@@ -288,9 +312,7 @@ def context_records(run, c:PipelineConfig) -> tuple:
      "one (its loss mask on the reply); passed over: prompts skipped for want of a reply that passes every check.")
     from eagle3nb.models import load_target
     from eagle3nb.validate import check_record, derive_profile, training_row
-    _, held, rest = _prompt_split(Path(run), c)   # the rest excludes the generated prompts already
-    used = {tuple(p["prompt_ids"]) for p in held}
-    rest = [p for p in rest if tuple(p["prompt_ids"]) not in used]
+    _, _, rest = _prompt_split(Path(run), c)   # training-side prompts after the generated ones
     tok = load_target(c.target).tokenizer
     prof, out, passed = derive_profile(tok), [], 0
     masks = (c.validate.mask_reasoning, c.validate.mask_tool_calls)
@@ -349,9 +371,10 @@ def train_summary(m:dict) -> str:
 
 # %% ../nbs/12_pipeline.ipynb #96541b8c
 def headline(report:dict) -> dict:
-    "The best row (tokens per target forward) of the drafter and of n-gram, and whether the drafter beats n-gram."
-    best = lambda m: max((r for r in report["rows"] if r["method"] == m), key=lambda r: r["tokens_per_forward"],
-                         default=None)
+    ("Each method at its best K (tokens per target forward over every K measured: `report['best']`), and whether "
+     "the drafter beats n-gram.")
+    best = lambda m: (report.get("best") or {}).get(m) or max(
+        (r for r in report["rows"] if r["method"] == m), key=lambda r: r["tokens_per_forward"], default=None)
     e, n = best("eagle3"), best("ngram")
     rk = report["recommended"]["k"] if report["recommended"].get("beats_target", True) else None
     return {"eagle3": e, "ngram": n, "recommended_k": rk,
@@ -394,20 +417,30 @@ def stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.engines import Sampling
     from eagle3nb.generate import generate
-    g = c.generate
-    engines, stop = _engines(c)
+    g, prompts = c.generate, run/"generate_prompts.jsonl"
+    write_jsonl_atomic(prompts, _prompt_split(run, c)[0])   # the training side's first [generate] prompts
     sampling = Sampling(max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
                         seed=g.seed)
-    try: return generate_summary(generate(run, engines, sampling, n=g.samples, limit=g.prompts,
-                                          concurrency=g.concurrency))
+    engines, stop = _engines(c)
+    try: return generate_summary(generate(run, engines, sampling, n=g.samples, prompts_path=prompts,
+                                          concurrency=g.concurrency, fresh=fresh))
     finally: stop()
 
 # %% ../nbs/12_pipeline.ipynb #71a755a0
+def _generations(run:Path) -> Path:
+    "generate/generations.jsonl, or where it holds samples of prompts no longer generated for, those of this run only."
+    from eagle3nb.core import read_manifest
+    gpath, m = run/"generate"/"generations.jsonl", read_manifest(run/"generate")
+    if not m["counts"]["not_in_items"]["success"]: return gpath
+    pids = {o["id"] for _, o in JsonlReader(m["config"]["prompts"])}
+    write_jsonl_atomic(run/"generate"/"this_run.jsonl", [o for _, o in JsonlReader(gpath) if o["prompt_id"] in pids])
+    return run/"generate"/"this_run.jsonl"
+
 def stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.validate import validate
     v = c.validate
     return validate_summary(validate(run, drop_truncated=v.drop_truncated, mask_reasoning=v.mask_reasoning,
-                                     mask_tool_calls=v.mask_tool_calls))
+                                     mask_tool_calls=v.mask_tool_calls, generations=_generations(run)))
 
 def stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     if c.train.source == "online":
@@ -438,7 +471,7 @@ def stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.evaluate import evaluate
     e = c.evaluate
     rep = evaluate(run, heldout_prompts(run, c), ks=e.ks, temperature=e.temperature, max_new_tokens=e.max_new_tokens,
-                   ngram=e.ngram)
+                   ngram=e.ngram, draft_sample=e.draft_sample)
     return evaluate_summary(rep)
 
 def stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
@@ -452,20 +485,25 @@ STAGE_FNS = {"prepare": stage_prepare, "generate": stage_generate, "validate": s
 # %% ../nbs/12_pipeline.ipynb #c73389bd
 def run_pipeline(c:PipelineConfig, # the settings (`pipeline_config(...)`)
                  stages:list|None=None, # run only these (default: all, in order)
-                 fresh:bool=False, # rerun every stage; capture and training start over (generated samples are kept)
+                 fresh:bool=False, # rerun the stages asked for; capture and training start over (generated samples are
+                                   # kept unless drawn with other sampling settings)
                  ) -> dict:
     "Run the main job's stages for a config; write `report.md` and `report.html`; return the ledger."
     run = Path(c.run)
     run.mkdir(parents=True, exist_ok=True)
     write_json(run/"pipeline_config.json", asdict(c))
-    led, keys = Ledger(run), stage_keys(c)
-    if fresh: led.d = {}
-    for s in stages or STAGES:
+    led, keys, stages = Ledger(run), stage_keys(c), [s for s in STAGES if s in (stages or STAGES)]
+    if fresh: led.d = {s: v for s, v in led.d.items() if s not in stages}
+    stale = led.stale_before(stages, keys)
+    if stale:
+        raise InputError(f"--stages {','.join(stages)}: {', '.join(stale)} must run first (its settings, or the data "
+                         "of a stage before it, changed since it ran): add it to --stages, or drop --stages")
+    for s in stages:
         if led.done(s, keys[s]):
             print(f"{s}: done earlier under the same settings — skipped ({led.d[s]['summary'].splitlines()[0][:100]}…)")
             continue
-        redo = s in led.d and s in ("capture", "train")   # finished under other settings: start it over
-        if redo: print(f"{s}: its settings (or an earlier stage's) changed since it finished — "
+        redo = s in led.d and s in ("capture", "train")   # finished under other settings or data: start it over
+        if redo: print(f"{s}: its settings, or the data of a stage before it, changed since it finished — "
                        "running it again from scratch")
         t0 = time.time()
         summary = STAGE_FNS[s](c, run, fresh or redo)
@@ -544,8 +582,8 @@ def _manifest(run:Path, stage:str) -> dict|None:
 def _headline_blocks(rep:dict) -> list:
     "The drafter beside n-gram: verdict, the table of every measured row, the recommended K."
     h, c = headline(rep), rep["config"]
-    verdict = {True: "**The drafter beats n-gram** in tokens per target forward.",
-               False: "**n-gram beats the drafter** in tokens per target forward at this size: "
+    verdict = {True: "**The drafter beats n-gram** in tokens per target forward, each at its best K.",
+               False: "**n-gram beats the drafter** in tokens per target forward, each at its best K: "
                       "a larger run is needed.",
                None: "The drafter and n-gram tie." if h["eagle3"] and h["ngram"]
                      else "No n-gram comparison was run."}[h["beats_ngram"]]
@@ -555,12 +593,22 @@ def _headline_blocks(rep:dict) -> list:
     rows = [[r["method"], r["k"], f"{r['tau'] or 1:.3f}", sim(r), f"{r['tokens_per_forward']:.3f}",
              f"{r['tokens_per_s']:.1f}", f"{r['speedup']:.3f}", " ".join(f"{a:.2f}" for a in r["per_position"])]
             for r in rep["rows"]]
-    return [("h2", "Headline: the drafter beside n-gram, on held-out prompts"),
-            ("p", f"Real draft-and-verify decoding (vLLM's EAGLE-3 loop) on {c['n_prompts']} prompts "
-                  f"({c['prompts_name']}) that training never saw, T={c['temperature']}, {c['max_new_tokens']} new "
-                  f"tokens each, target `{c['target_name']}`. " + verdict),
-            ("table", ["method", "K", "τ (measured)", "τ_sim (training)", "tokens / target forward", "tok/s",
-                       "speed-up", "per-position acceptance"], rows),
+    fmt = lambda r: "—" if r is None else f"{r['tokens_per_forward']:.3f} (K = {r['k']}, τ {r['tau'] or 1:.3f})"
+    by_k = rep.get("by_k") or {}
+    ks = sorted({r["k"] for rs in by_k.values() for r in rs})
+    at = lambda m, k: next((f"{r['tokens_per_forward']:.3f}" for r in by_k.get(m, []) if r["k"] == k), "")
+    curve = [("p", "Tokens per target forward against K (at T=0 replayed exactly from the target's own greedy "
+                   "output, no extra target forward):"),
+             ("table", ["K"] + list(by_k), [[k] + [at(m, k) for m in by_k] for k in ks])] if ks else []
+    return [("h2", "Headline: the drafter beside n-gram, each at its best K, on held-out prompts"),
+            ("p", f"Draft-and-verify decoding (vLLM's EAGLE-3 loop) on {c['n_prompts']} prompts "
+                  f"({c['prompts_name']}) from conversations training never saw, T={c['temperature']}, "
+                  f"{c['max_new_tokens']} new tokens each, target `{c['target_name']}`. " + verdict),
+            ("table", ["method", "tokens / target forward at its best K"],
+             [["eagle3", fmt(h["eagle3"])], ["ngram", fmt(h["ngram"])]]), *curve,
+            ("p", "The real loop at the configured K, with wall-clock time:"),
+            ("table", ["method", "K", "τ (measured)", "τ_walk (training's prediction)", "tokens / target forward",
+                       "tok/s", "speed-up", "per-position acceptance"], rows),
             ("p", (f"Recommended K = {h['recommended_k']}: " if h["recommended_k"] else "")
                   + rep["recommended"]["reasoning"])]
 

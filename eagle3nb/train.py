@@ -14,10 +14,11 @@ from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, 
 from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_left, target_lm_head
 
 # %% auto #0
-__all__ = ['BF16', 'loss_positions_mask', 'captured_masks', 'label_counts', 'DraftVocab', 'draft_vocab', 'run_of_ones',
-           'chain_slots', 'Batch', 'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource', 'OnlineSource',
-           'Teacher', 'StepPlan', 'plan_steps', 'ttt_loss', 'summarize_stats', 'add_stats', 'native_bf16', 'use_bf16',
-           'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'train',
+__all__ = ['STAT_KEYS', 'BF16', 'loss_positions_mask', 'captured_masks', 'label_counts', 'DraftVocab', 'draft_vocab',
+           'run_of_ones', 'chain_slots', 'Batch', 'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource',
+           'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'ttt_loss', 'summarize_stats', 'add_stats', 'walk',
+           'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16', 'use_bf16', 'TrainConfig', 'lr_at',
+           'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'walk_ids', 'train',
            'plot_training']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
@@ -163,6 +164,10 @@ class OfflineSource:
     def counts(self, ids=None, all_positions:bool=False) -> Counter: return label_counts(self.dir, ids, all_positions)
     def unlabelled(self, ids) -> set: return {i for i, _, m in captured_masks(self.dir, set(ids)) if not m.any()}
     def batch(self, ids:list) -> Batch: return pad_batch(ids, [self.reader[i] for i in ids])
+    def fingerprint(self) -> dict:
+        "What the records are: the sha256 of the capture's `index.jsonl` (ids, shards, offsets, lengths)."
+        p = self.dir/"index.jsonl"
+        return {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
 
 # %% ../nbs/09_train.ipynb #40f7992e
 class OnlineSource:
@@ -174,7 +179,7 @@ class OnlineSource:
         from eagle3nb.models import load_target
         rp = Path(records)
         if not rp.exists(): raise InputError(f"{rp}: no validated records; run `eagle3nb validate` first")
-        self.records = {o["id"]: o for _, o in JsonlReader(rp)}
+        self.records, self.path = {o["id"]: o for _, o in JsonlReader(rp)}, rp
         self.tgt = load_target(target)
         self.target = str(self.tgt.path)
         self.aux_layers = list(aux_layers or default_aux_layers(int(self.tgt.config()["num_hidden_layers"])))
@@ -189,6 +194,9 @@ class OnlineSource:
                 c.update(torch.tensor(r["input_ids"])[keep].tolist())
         return c
     def unlabelled(self, ids) -> set: return {i for i in ids if not any(self.records[i]["loss_mask"])}
+    def fingerprint(self) -> dict:
+        "What the records are: the sha256 of the records file."
+        return {"path": str(self.path), "sha256": hashlib.sha256(self.path.read_bytes()).hexdigest()}
     def batch(self, ids:list) -> Batch:
         from eagle3nb.capture import forward_states
         if self._model is None: self._model = self.tgt.load_model(self.model_dtype, self.device)
@@ -229,39 +237,53 @@ class StepPlan:
     supervised: object
 
 # %% ../nbs/09_train.ipynb #41663e74
-def plan_steps(batch:Batch, teacher:Teacher, steps:int) -> list:
-    "One `StepPlan` per TTT step; the teacher runs once per position whose next token is a label."
-    rows = shift_left(batch.loss_mask, 1).bool()         # positions t with loss_mask[t+1] = 1
+def plan_steps(batch:Batch, teacher:Teacher, steps:int,
+               which:str="labels", # `labels` (the loss mask) or `all` (every position after each record's first)
+              ) -> list:
+    "One `StepPlan` per TTT step over `which` positions; the teacher runs once per position whose next token is in."
+    mask = loss_positions_mask(batch.loss_mask, batch.lengths, which)
+    rows = shift_left(mask, 1).bool()                    # positions t with mask[t+1] = 1
     row_of = torch.full(rows.shape, -1, dtype=torch.long, device=rows.device)
     row_of[rows] = torch.arange(int(rows.sum()), device=rows.device)
     logp, arg = teacher.logp(batch.final[rows]), teacher.argmax(batch)[rows]
     plans = []
     for k in range(steps):
-        b, p = chain_slots(batch.loss_mask, k).nonzero(as_tuple=True)
+        b, p = chain_slots(mask, k).nonzero(as_tuple=True)
         r = row_of[b, p + 1 + k]
         plans.append(StepPlan(b, p, logp[r], arg[r], teacher.t2d[arg[r]]))
     return plans
 
 # %% ../nbs/09_train.ipynb #8ebeb397
-def ttt_loss(drafter:Drafter, batch:Batch, plans:list, decay:float=0.8, denominators:list|None=None) -> tuple:
-    "`(loss, stats)`: weighted TTT loss over `plans`, per-step sums; `denominators`: global supervised counts."
-    steps = len(plans)
+STAT_KEYS = ("loss_sum", "supervised", "right", "slots", "full", "chains")
+
+def ttt_loss(drafter:Drafter, batch:Batch, plans:list, decay:float=0.8, denominators:list|None=None,
+             metric_plans:list|None=None, # the label plans the metrics count, where `plans` cover other positions
+             runs:bool=False, # also return each slot's accepted chain length `[B, T]`
+            ) -> tuple:
+    ("`(loss, stats)`: the weighted TTT loss over `plans` (`denominators`: global supervised counts) and per-step "
+     "metric sums over the answers (`batch.loss_mask`); with `runs`, `(loss, stats, chain lengths)`.")
+    steps, mplans = len(plans), metric_plans or plans
     states = drafter.ttt_forward(batch.input_ids, batch.aux, batch.lengths, steps)
     loss, stats = batch.aux.new_zeros(()), []
     alive = chain_slots(batch.loss_mask, 0)
-    n_chain = int(alive.sum())
-    for k, pl in enumerate(plans):
+    n_chain, length = int(alive.sum()), torch.zeros_like(batch.loss_mask)
+    for k, (pl, mp) in enumerate(zip(plans, mplans)):
         logp = torch.log_softmax(drafter.logits(states[k][pl.b, pl.p]).float(), -1)
-        ce = -(pl.teacher_logp.exp() * logp).sum(-1)[pl.supervised]
+        ce = -(pl.teacher_logp.exp() * logp).sum(-1)
         den = denominators[k] if denominators is not None else int(pl.supervised.sum())
-        if den: loss = loss + decay ** k * ce.sum() / den
-        right = drafter.to_target_ids(logp.argmax(-1)) == pl.teacher_arg
+        if den: loss = loss + decay ** k * ce[pl.supervised].sum() / den
+        if mp is not pl:                                 # the metrics' own slots (the answers)
+            with torch.no_grad():
+                logp = torch.log_softmax(drafter.logits(states[k][mp.b, mp.p]).float(), -1)
+                ce = -(mp.teacher_logp.exp() * logp).sum(-1)
+        right = drafter.to_target_ids(logp.argmax(-1)) == mp.teacher_arg   # never, where the target's is out of vocab
         hit = torch.zeros_like(alive)
-        hit[pl.b, pl.p] = right
+        hit[mp.b, mp.p] = right
         alive = alive & hit
-        stats.append({"loss_sum": float(ce.detach().sum()), "supervised": int(pl.supervised.sum()),
-                      "right": int(right[pl.supervised].sum()), "full": int(alive.sum()), "chains": n_chain})
-    return loss, stats
+        length += alive
+        stats.append({"loss_sum": float(ce.detach()[mp.supervised].sum()), "supervised": int(mp.supervised.sum()),
+                      "right": int(right.sum()), "slots": len(mp.b), "full": int(alive.sum()), "chains": n_chain})
+    return (loss, stats, length) if runs else (loss, stats)
 
 # %% ../nbs/09_train.ipynb #e07b6c91
 def summarize_stats(stats:list) -> dict:
@@ -269,7 +291,7 @@ def summarize_stats(stats:list) -> dict:
     K = len(stats)
     g = lambda k, n: stats[k][n]
     loss = [g(k, "loss_sum") / g(k, "supervised") if g(k, "supervised") else None for k in range(K)]
-    acc = [g(k, "right") / g(k, "supervised") if g(k, "supervised") else None for k in range(K)]
+    acc = [g(k, "right") / g(k, "slots") if g(k, "slots") else None for k in range(K)]
     full = [g(k, "full") / g(k, "chains") if g(k, "chains") else 0.0 for k in range(K)]
     cond = [full[0]] + [full[k] / full[k - 1] if full[k - 1] else 0.0 for k in range(1, K)]
     r = lambda xs: [None if x is None else round(x, 5) for x in xs]
@@ -280,6 +302,55 @@ def summarize_stats(stats:list) -> dict:
 def add_stats(a:list|None, b:list) -> list:
     "Add per-step sums."
     return b if a is None else [{n: x[n] + y[n] for n in x} for x, y in zip(a, b)]
+
+# %% ../nbs/09_train.ipynb #b2b44eb1
+def walk(accepted, # `accepted(n)` → `(drafts proposed, drafts accepted)` of a cycle that starts with `n` tokens known
+         start:int, # tokens known when the first cycle starts
+         stop:int, # no cycle starts with `stop` or more tokens known
+         k:int) -> dict:
+    "A server's draft-verify cycles: from `start`, `n ← n + A(n) + 1` while `n < stop`; vLLM's counters, summed."
+    c = {"cycles": 0, "drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": [0] * k}
+    n = start
+    while n < stop:
+        proposed, a = accepted(n)
+        c["cycles"] += 1
+        if proposed:
+            c["drafts"] += 1
+            c["draft_tokens"] += proposed
+            c["accepted"] += a
+            for j in range(a): c["accepted_per_pos"][j] += 1
+        n += a + 1
+    return c
+
+def add_counts(a:dict|None, b:dict) -> dict:
+    "Add two walks' counters."
+    if a is None: return {n: list(v) if isinstance(v, list) else v for n, v in b.items()}
+    return {n: [x + y for x, y in zip(a[n], b[n])] if isinstance(a[n], list) else a[n] + b[n] for n in a}
+
+# %% ../nbs/09_train.ipynb #5850ba55
+def walk_answers(length:list, # accepted chain length at each slot p (from `ttt_loss(runs=True)`)
+                 label_mask:list, k:int) -> dict:
+    ("The server's walk over each answer (a run of `label_mask` ones) at chain length `k`: from the answer's first "
+     "slot to the last whose `k` drafts all lie inside it.")
+    c, T, s = None, len(label_mask), 0
+    while s < T:
+        if not label_mask[s]:
+            s += 1
+            continue
+        e = s
+        while e < T and label_mask[e]: e += 1
+        c = add_counts(c, walk(lambda n: (k, min(length[n - 2], k)), max(s + 1, 2), e - k + 1, k))
+        s = e
+    return c or walk(None, 0, 0, k)
+
+def summarize_walk(walks:list, # per chain length K = 1.. : summed counters
+                   records:int) -> dict:
+    "τ_walk (at the largest K) and τ_walk at each K, per-position acceptance of the walk, records walked."
+    tau = [round(1 + w["accepted"] / w["drafts"], 5) if w["drafts"] else None for w in walks]
+    last = walks[-1]
+    return {"tau_walk": tau[-1], "tau_walk_k": tau, "walk_records": records, "walk_cycles": last["cycles"],
+            "walk_per_position": [round(a / last["drafts"], 5) if last["drafts"] else 0.0
+                                  for a in last["accepted_per_pos"]]}
 
 # %% ../nbs/09_train.ipynb #94db11c4
 BF16 = ("gpu", "auto", "always", "never")
@@ -312,7 +383,7 @@ class TrainConfig:
     decay: float = 0.8  # weight of step k: decay**k
     heldout: float = 0.05  # share of records held out (by record, fixed by seed)
     eval_every: int = 50
-    eval_batches: int = 8
+    eval_batches: int | None = None  # held-out batches per evaluation (default: every held-out record)
     ckpt_every: int = 100
     log_every: int = 10
     seed: int = 0
@@ -361,18 +432,19 @@ def lr_at(step:int, cfg:TrainConfig, total:int) -> float:
 def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list:
     "One optimizer step on this process's share of a global batch; return the per-step sums (global)."
     K = cfg.ttt_steps
-    plans = plan_steps(batch, teacher, K) if batch is not None else None
+    plans = plan_steps(batch, teacher, K, cfg.loss_positions) if batch is not None else None
+    mplans = plans if batch is None or cfg.loss_positions == "labels" else plan_steps(batch, teacher, K)
     local = torch.tensor([float(pl.supervised.sum()) for pl in plans] if plans else [0.0] * K)
     den = _allreduce(local.clone()).long().tolist()
     opt.zero_grad(set_to_none=False)
     params = [p for p in drafter.parameters() if p.requires_grad]
     if batch is not None:
         with torch.autocast(batch.aux.device.type, dtype=torch.bfloat16, enabled=use_bf16(cfg.bf16, batch.aux.device)):
-            loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den)
+            loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den, mplans)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss {float(loss)} on records {batch.ids[:4]}")
         loss.backward()
-    else: stats = [{"loss_sum": 0.0, "supervised": 0, "right": 0, "full": 0, "chains": 0} for _ in range(K)]
+    else: stats = [dict.fromkeys(STAT_KEYS, 0) for _ in range(K)]
     for p in params:
         if p.grad is None: p.grad = torch.zeros_like(p)
     flat = _allreduce(torch.cat([p.grad.flatten() for p in params]))
@@ -382,34 +454,46 @@ def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list
         o += p.numel()
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     opt.step()
-    keys = ["loss_sum", "supervised", "right", "full", "chains"]
-    g = _allreduce(torch.tensor([[float(s[n]) for n in keys] for s in stats], dtype=torch.float64))
-    return [{n: (float(v) if n == "loss_sum" else int(v)) for n, v in zip(keys, row)} for row in g.tolist()]
+    g = _allreduce(torch.tensor([[float(s[n]) for n in STAT_KEYS] for s in stats], dtype=torch.float64))
+    return [{n: (float(v) if n == "loss_sum" else int(v)) for n, v in zip(STAT_KEYS, row)} for row in g.tolist()]
 
 # %% ../nbs/09_train.ipynb #4e108a71
 @torch.no_grad()
-def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, rank:int=0, world:int=1) -> dict:
-    "Metrics over `batches` (lists of ids) without training (each process evaluates its share)."
-    acc = None
+def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, rank:int=0, world:int=1,
+                     walk_ids=(), # records the server walk may use (greedy answers; see `walk_answers`)
+                    ) -> dict:
+    "Metrics over `batches` (lists of ids) without training (each process its share), and τ_walk over `walk_ids`."
+    K, acc, walks, walked = cfg.ttt_steps, None, [walk(None, 0, 0, k) for k in range(1, cfg.ttt_steps + 1)], 0
     for ids in batches:
         mine = ids[rank::world]
         if mine:
             b = source.batch(mine).to(teacher.W.device)
-            _, st = ttt_loss(drafter, b, plan_steps(b, teacher, cfg.ttt_steps), cfg.decay)
-        else:
-            st = [{"loss_sum": 0.0, "supervised": 0, "right": 0, "full": 0, "chains": 0} for _ in range(cfg.ttt_steps)]
+            _, st, length = ttt_loss(drafter, b, plan_steps(b, teacher, K), cfg.decay, runs=True)
+            for i, rid in enumerate(b.ids):
+                if rid not in walk_ids: continue
+                walked += 1
+                ln, lm = length[i].tolist(), b.loss_mask[i].tolist()
+                walks = [add_counts(w, walk_answers(ln, lm, k)) for k, w in enumerate(walks, 1)]
+        else: st = [dict.fromkeys(STAT_KEYS, 0) for _ in range(K)]
         acc = add_stats(acc, st)
-    keys = ["loss_sum", "supervised", "right", "full", "chains"]
-    g = _allreduce(torch.tensor([[float(s[n]) for n in keys] for s in acc], dtype=torch.float64))
-    return summarize_stats([{n: v for n, v in zip(keys, row)} for row in g.tolist()])
+    rows = ([[s[n] for n in STAT_KEYS] for s in acc] + [[walked]] +
+            [[w["cycles"], w["drafts"], w["draft_tokens"], w["accepted"], *w["accepted_per_pos"]] for w in walks])
+    W = max(map(len, rows))     # one tensor, so that one all-reduce sums everything over processes
+    g = _allreduce(torch.tensor([[float(x) for x in r] + [0.0] * (W - len(r)) for r in rows],
+                                dtype=torch.float64)).tolist()
+    walks = [{"cycles": int(r[0]), "drafts": int(r[1]), "draft_tokens": int(r[2]), "accepted": int(r[3]),
+              "accepted_per_pos": [int(x) for x in r[4:4 + k]]} for k, r in enumerate(g[K + 1:], 1)]
+    return {**summarize_stats([dict(zip(STAT_KEYS, row)) for row in g[:K]]), **summarize_walk(walks, int(g[K][0]))}
 
 # %% ../nbs/09_train.ipynb #5a9772fa
-def save_checkpoint(path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab):
+def save_checkpoint(path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab,
+                    data:dict|None=None, # the source's `fingerprint()`: a resumed run must read the same records
+                   ):
     "Write a training checkpoint atomically (embeddings left out: they are the target's)."
     sd = {k: v for k, v in drafter.state_dict().items() if k != "embed_tokens.weight"}
     tmp = Path(str(path) + ".tmp")
     torch.save({"model": sd, "optimizer": opt.state_dict(), "step": step, "config": asdict(cfg),
-                "vocab": asdict(vocab)}, tmp)
+                "vocab": asdict(vocab), "data": data}, tmp)
     os.replace(tmp, path)
 
 # %% ../nbs/09_train.ipynb #79763a2c
@@ -448,6 +532,10 @@ def _data_note(run:Path) -> dict:
     temp = (manifest_config(run/"generate", "sampling") or {}).get("temperature")
     return {"data": run.name, "temperature": temp}
 
+def walk_ids(ids:list, temperature:float|None) -> set:
+    "The held-out records τ_walk may use: the target's greedy answers (T=0 data), never `context-…` records."
+    return {i for i in ids if not str(i).startswith("context-")} if temperature == 0 else set()
+
 def _source(run:Path, cfg:TrainConfig, target, aux_layers, records):
     if cfg.source == "offline":
         s = OfflineSource(run/"capture")
@@ -460,6 +548,14 @@ def _source(run:Path, cfg:TrainConfig, target, aux_layers, records):
     return OnlineSource(records or run/"validate"/"records.jsonl", target, aux_layers)
 
 # %% ../nbs/09_train.ipynb #e981c5f3
+def _check_data(prev:dict|None, now:dict, where):
+    "Refuse to resume on records other than the checkpoint's (a checkpoint without a fingerprint is not checked)."
+    if prev and prev.get("sha256") != now["sha256"]:
+        raise InputError(f"{where} was trained on {prev.get('path')} with sha256 {prev.get('sha256', '')[:16]}…; "
+                         f"{now['path']} now has sha256 {now['sha256'][:16]}… (the records changed since): "
+                         "pass --fresh "
+                         "(fresh=True) to start over on them, or restore the old capture to resume")
+
 def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
     "`(vocab, drafter, optimizer, step)` from the latest checkpoint in `ckdir`, else fresh."
     tgt_cfg = json.loads((Path(src.target)/"config.json").read_text())
@@ -468,6 +564,7 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
     if ck is not None:
         state = torch.load(ck, weights_only=False, map_location="cpu")
         _check_resume(state["config"], cfg, ck)
+        _check_data(state.get("data"), src.fingerprint(), ck)
         vocab = DraftVocab(**state["vocab"])
     else: vocab, state = draft_vocab(src.counts(set(tr_ids), cfg.loss_positions == "all"),
                                      cfg.draft_vocab_size or min(32000, V), V), None
@@ -518,10 +615,10 @@ def _positions(batch:Batch, which:str) -> Batch:
     return replace(batch, loss_mask=loss_positions_mask(batch.loss_mask, batch.lengths, which))
 
 # %% ../nbs/09_train.ipynb #45faf116
-def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab):
+def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab, data:dict|None=None):
     "Save step `step`'s checkpoint; keep the newest two."
     ckdir.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab)
+    save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab, data)
     for old in sorted(ckdir.glob("step-*.pt"))[:-2]: old.unlink()
 
 # %% ../nbs/09_train.ipynb #27d7c900
@@ -558,14 +655,20 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     tr_ids, ho_ids = sorted(tr_ids + list(moot)), [i for i in ho_ids if i not in moot]
     if not tr_ids: raise InputError(f"{run}: no training records (captured {len(items)})")
     vocab, drafter, opt, step = _resume(ckdir, cfg, src, tr_ids, device)
+    data = src.fingerprint()
     teacher = Teacher(target_lm_head(src.target).to(device), vocab.ids)
     per_epoch = _epoch_batches(items, tr_ids, cfg, 0)
     total = cfg.max_steps or cfg.epochs * len(per_epoch)
     held = _epoch_batches(items, ho_ids, cfg, 0)[:cfg.eval_batches]
+    note = {**_data_note(run), "target": Path(src.target).name, "ttt_steps": cfg.ttt_steps}
+    walkable = walk_ids([i for b in held for i in b], note["temperature"])
+    if rank == 0 and progress and held:
+        print(f"held out: {sum(map(len, held))} records; τ_walk walks {len(walkable)} of them "
+              + ("(the target's greedy answers; context records left out)" if note["temperature"] == 0 else
+                 f"(none: the data's temperature is {note['temperature']}, not 0)"))
     if rank == 0: _reset_metrics(out/"metrics.jsonl", step)
     log = open(out/"metrics.jsonl", "a") if rank == 0 else None
     emit = lambda row: log and (log.write(json.dumps(row) + "\n"), log.flush())
-    note = {**_data_note(run), "target": Path(src.target).name, "ttt_steps": cfg.ttt_steps}
     bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
     window, t_win, tok_win, epoch_of, order = None, time.time(), 0, 0, per_epoch
     try:
@@ -574,7 +677,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
             if ep != epoch_of: epoch_of, order = ep, _epoch_batches(items, tr_ids, cfg, ep)
             mine = order[bi][rank::world]
             for g in opt.param_groups: g["lr"] = lr_at(step, cfg, total)
-            batch = _positions(src.batch(mine), cfg.loss_positions).to(device) if mine else None
+            batch = src.batch(mine).to(device) if mine else None     # the loss positions are the plans' business
             st = _guarded_step(drafter, opt, batch, teacher, cfg, step, ckdir)
             step += 1
             window, tok_win = add_stats(window, st), tok_win + sum(items[i] for i in order[bi])
@@ -586,15 +689,16 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
                 window, t_win, tok_win = None, time.time(), 0
             if held and (step % cfg.eval_every == 0 or step == total):
                 emit({"step": step, "split": "heldout",
-                      **evaluate_batches(drafter, src, held, teacher, cfg, rank, world)})
+                      **evaluate_batches(drafter, src, held, teacher, cfg, rank, world, walkable)})
             if rank == 0 and (step % cfg.ckpt_every == 0 or step == total):
-                _keep_checkpoint(ckdir, drafter, opt, step, cfg, vocab)
+                _keep_checkpoint(ckdir, drafter, opt, step, cfg, vocab, data)
             bar.update(1)
     finally:
         bar.close()
         if log: log.close()
     if rank != 0: return None
-    counts = {"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids), "steps": step,
+    counts = {"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids),
+              "walked_records": len(walkable), "steps": step,
               "batches_per_epoch": len(per_epoch)}
     config = {**asdict(cfg), "source_dir": str(getattr(src, "dir", records or "")), "target": src.target,
               "aux_layers_hf": src.aux_layers, "world_size": world}
@@ -619,16 +723,21 @@ def plot_training(rows:list, note:dict, out_dir) -> list:
     ax = fig.subplots()
     for k in range(len(held[0]["full_acc_k"]) if held else 0):
         ax.plot([r["step"] for r in held], [r["full_acc_k"][k] for r in held], marker=".", label=f"position {k + 1}")
-    ax.set(xlabel="step", ylabel="share of chains accepting this draft",
-           title=f"per-position acceptance ({held[0]['split'] if held else ''})\n{sub}")
+    ax.set(xlabel="step", ylabel="share of chain starts accepting this draft",
+           title=f"per-position acceptance, every start slot ({held[0]['split'] if held else ''})\n{sub}")
     ax.legend(fontsize=7)
     save(fig, "acceptance_by_position.png")
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     for split in ("train", "heldout"):
         rs = [r for r in rows if r["split"] == split]
-        if rs: ax.plot([r["step"] for r in rs], [r["tau_sim"] for r in rs], marker=".", label=split)
-    ax.set(xlabel="step", ylabel="τ_sim (bonus included)", title=f"simulated acceptance length\n{sub}")
+        if rs: ax.plot([r["step"] for r in rs], [r["tau_sim"] for r in rs], marker=".",
+                       label=f"{split} τ_sim (every start slot)")
+    walked = [r for r in rows if r["split"] == "heldout" and r.get("tau_walk") is not None]
+    if walked:
+        ax.plot([r["step"] for r in walked], [r["tau_walk"] for r in walked], marker="x", ls="--",
+                label=f"heldout τ_walk (a server's walk, {walked[-1]['walk_records']} greedy records)")
+    ax.set(xlabel="step", ylabel="acceptance length (bonus included)", title=f"simulated acceptance length\n{sub}")
     ax.legend()
     save(fig, "tau_sim.png")
     fig = Figure(figsize=(7, 4))

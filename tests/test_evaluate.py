@@ -43,15 +43,17 @@ def _tiny(vocab:int=8, seed:int=0):
         d.embed_tokens.weight.copy_(model.model.embed_tokens.weight)
     return model, d
 
-def _exact(model, prompt, T:float) -> dict:
-    "P(x1, x2) under the target at temperature T, by enumeration."
+def _exact(model, prompt, T:float, n:int=3) -> dict:
+    "P(x1 … xn) under the target at temperature T, by enumeration."
+    out, frontier = {}, {(): 1.0}
     with torch.no_grad():
-        p1 = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1] / T, -1)
-        out = {}
-        for a in range(p1.numel()):
-            p2 = torch.softmax(model(input_ids=torch.tensor([prompt + [a]])).logits[0, -1] / T, -1)
-            for b in range(p2.numel()): out[(a, b)] = float(p1[a] * p2[b])
-    return out
+        for _ in range(n):
+            nxt = {}
+            for pre, pp in frontier.items():
+                p = torch.softmax(model(input_ids=torch.tensor([prompt + list(pre)])).logits[0, -1] / T, -1)
+                for a in range(p.numel()): nxt[pre + (a,)] = pp * float(p[a])
+            frontier = nxt
+    return frontier
 
 def _chi2_pvalue(counts:dict, probs:dict, n:int) -> float:
     "Pearson chi-square p-value, cells with expected count < 5 pooled into one."
@@ -63,17 +65,21 @@ def _chi2_pvalue(counts:dict, probs:dict, n:int) -> float:
     return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
 
 def test_sampling_distribution():
-    "Speculative sampling emits the target's distribution (chi-square, fixed seeds); the drafter's own chain is rejected."
+    ("Speculative sampling emits the target's distribution over three tokens (chi-square, fixed seeds), second drafts "
+     "accepted included; the drafter's own chain is rejected.")
     model, d = _tiny()
     prompt, T, n = [2, 5, 1], 1.0, 1000
     probs = _exact(model, prompt, T)
-    spec, greedy_q, st = {}, {}, SpecStats(k=3)
-    for i in range(n):
-        out, s = spec_decode(model, prompt, 2, [], d, k=3, method="eagle3", temperature=T, seed=i)
+    spec, greedy_q, st, reached = {}, {}, SpecStats(k=3), [0, 0]
+    for i in range(n):     # the first cycle starts after one token: its drafts 1 and 2, if accepted, are emitted as x2, x3
+        out, s = spec_decode(model, prompt, 3, [], d, k=3, method="eagle3", temperature=T, seed=i)
         spec[tuple(out)] = spec.get(tuple(out), 0) + 1; st.add(s)
-        out, _ = spec_decode(model, prompt, 2, [], d, k=2, method="eagle3", temperature=T, seed=n + i, greedy_draft=True)
+        reached[0] += s.drafts == 1 and s.accepted_per_pos[1] == 1 and len(out) == 3
+        out, s = spec_decode(model, prompt, 3, [], d, k=2, method="eagle3", temperature=T, seed=n + i, greedy_draft=True)
         greedy_q[tuple(out)] = greedy_q.get(tuple(out), 0) + 1
+        reached[1] += s.drafts == 1 and s.accepted_per_pos[1] == 1 and len(out) == 3
     assert 0 < st.accepted < st.draft_tokens   # accepted and rejected drafts both happened
+    assert min(reached) > 20, reached          # outputs whose x3 is an accepted second draft, in both modes
     p_spec, p_greedy = _chi2_pvalue(spec, probs, n), _chi2_pvalue(greedy_q, probs, n)
     print(f"chi-square p-values: sampled drafts {p_spec:.3g}, argmax drafts {p_greedy:.3g} (τ {st.tau:.3f} at K=3)")
     assert p_spec > 1e-3
@@ -89,6 +95,37 @@ def test_sampling_distribution():
         q = dc.probs(dc.first_pass(prompt[1:] + [x1], aux, 0), T)
         x2 = int(torch.multinomial(q, 1, generator=g))
         dq[(x1, x2)] = dq.get((x1, x2), 0) + 1
-    p_wrong = _chi2_pvalue(dq, probs, n // 2)
+    two = {}
+    for (a, b, _), p in probs.items(): two[(a, b)] = two.get((a, b), 0.0) + p
+    p_wrong = _chi2_pvalue(dq, two, n // 2)
     print(f"chi-square p-value of the drafter's own chain: {p_wrong:.3g}")
     assert p_wrong < 1e-6
+
+def test_evaluate_draft_sample(tmp_path):
+    "At T > 0 `evaluate` drafts the argmax by default (vLLM's draft_sample_method 'greedy'), or samples the drafts; recorded."
+    import json
+    from eagle3nb.core import InputError
+    from eagle3nb.drafter import new_drafter, save_drafter
+    from eagle3nb.evaluate import evaluate
+    from eagle3nb.models import load_target
+    tgt = load_target("tiny-llama")
+    model = tgt.load_model("float32")
+    d = new_drafter(tgt, list(range(0, 4000, 2)), [2, 4, 5]).eval()
+    save_drafter(d, tmp_path/"train/drafter")
+    ps = [(str(i), tgt.tokenizer.encode(t)) for i, t in enumerate(["1 2 3 4 5 6", "The capital of France is"])]
+    (tmp_path/"p.jsonl").write_text("".join(json.dumps({"id": i, "prompt_ids": p}) + "\n" for i, p in ps))
+    eos = _eos_ids(tgt.path, tgt.tokenizer)
+    got = {}
+    for mode in ("greedy", "probabilistic", None):
+        kw = {} if mode is None else {"draft_sample": mode}
+        rep = evaluate(tmp_path, tmp_path/"p.jsonl", ks=[3], temperature=1.0, max_new_tokens=12, ngram=False,
+                       progress=False, **kw)
+        assert rep["config"]["draft_sample"] == (mode or "greedy")
+        row = next(r for r in rep["rows"] if r["method"] == "eagle3")
+        _, st = run_prompts(model, ps, 12, eos, drafter=d, k=3, method="eagle3", temperature=1.0,
+                            greedy_draft=(mode or "greedy") == "greedy")
+        assert (row["drafts"], row["accepted"], row["accepted_per_pos"]) == (st.drafts, st.accepted, st.accepted_per_pos)
+        assert rep["by_k"]["eagle3"][0]["source"] == "loop" and rep["best"]["eagle3"]["k"] == 3
+        got[mode] = (st.drafts, st.accepted, st.accepted_per_pos)
+    assert got["greedy"] == got[None] != got["probabilistic"]
+    with pytest.raises(InputError): evaluate(tmp_path, tmp_path/"p.jsonl", ks=[1], temperature=1.0, draft_sample="top-k")

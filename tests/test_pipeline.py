@@ -39,15 +39,19 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     assert "and 4 context records, with the dataset's replies" in led["capture"]["summary"]
     t = json.loads((d/"train/manifest.json").read_text())
     assert t["counts"]["train_records"] + t["counts"]["heldout_records"] == c["captured"]
-    # evaluated on prompts it never generated for nor captured as context (so never trained on)
-    held = [json.loads(x)["prompt_ids"] for x in (d/"evaluate_prompts.jsonl").read_text().splitlines()]
-    gen_prompts = {tuple(json.loads(x)["prompt_ids"]) for x in (d/"prompts/prompts.jsonl").read_text().splitlines()[:4]}
-    assert held and not {tuple(h) for h in held} & (gen_prompts | {tuple(r["input_ids"][:r["n_prompt"]]) for r in ctx})
+    # evaluated on conversations it never generated for nor captured as context (so never trained on)
+    from eagle3nb.prompts import conversation_of
+    rows = lambda f: [json.loads(x) for x in (d/f).read_text().splitlines()]
+    held, gen = rows("evaluate_prompts.jsonl"), rows("generate_prompts.jsonl")
+    by_id = {p["id"]: p for p in rows("prompts/prompts.jsonl")}
+    trained = gen + [by_id[r["prompt_id"]] for r in ctx]
+    assert held and len(gen) == 4 and not {conversation_of(p) for p in held} & {conversation_of(p) for p in trained}
+    assert not {tuple(p["prompt_ids"]) for p in held} & {tuple(p["prompt_ids"]) for p in trained}
     rep = json.loads((d/"evaluate/report.json").read_text())
     assert {r["method"] for r in rep["rows"]} == {"eagle3", "ngram", "target"}
     # one report: markdown and a self-contained page, with the headline and the serving commands
     md, page = (d/"report.md").read_text(), (d/"report.html").read_text()
-    assert "## Headline: the drafter beside n-gram, on held-out prompts" in md and "tokens / target forward" in md
+    assert "## Headline: the drafter beside n-gram, each at its best K, on held-out prompts" in md and "tokens / target forward" in md
     assert "vllm serve" in md and "--speculative-algorithm EAGLE3" in md
     assert page.count("data:image/png;base64,") >= 3 and "src=\"plots/" not in page
     assert r.stdout.rstrip().splitlines()[-1].startswith("evaluate (1 held-out prompts")
@@ -60,6 +64,7 @@ def test_example_script_runs_the_pipeline(tmp_path):
     r = run([sys.executable, str(ROOT/"examples/pipeline.py"), str(tmp_path/"ex")], cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "eagle3  K=1  tokens per target forward" in r.stdout and "ngram   K=1" in r.stdout
+    assert "best eagle3  K=" in r.stdout and "best ngram   K=" in r.stdout
     led = json.loads((tmp_path/"ex/pipeline.json").read_text())
     assert led["capture"]["summary"].startswith("capture: skipped (train.source is online")
     assert json.loads((tmp_path/"ex/train/manifest.json").read_text())["config"]["source"] == "online"
@@ -99,3 +104,50 @@ def test_a_killed_parent_leaves_no_server(tmp_path):
         if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z": break   # exited, not yet reaped
         time.sleep(0.2)
     else: raise AssertionError(f"eagle3nb serve (pid {child}) outlived its killed parent")
+
+def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversations(tmp_path, capsys):
+    "The ledger's four-step reproduction, the held-out window, the sampling lock and the guard, on one tiny run."
+    from eagle3nb.core import InputError
+    from eagle3nb.pipeline import run_default
+    d = str(tmp_path/"run")
+    led = run_default("tiny", run=d)
+    capture_before = json.loads((tmp_path/"run/capture/manifest.json").read_text())["counts"]
+    # 1. more held-out prompts: only evaluation (and export) run again; the training data does not move
+    held1 = [json.loads(x)["id"] for x in (tmp_path/"run/evaluate_prompts.jsonl").read_text().splitlines()]
+    led2 = run_default("tiny", run=d, evaluate={"prompts": 3})
+    assert [s for s in led2 if led2[s] != led[s]] == ["evaluate", "export"]
+    held2 = [json.loads(x)["id"] for x in (tmp_path/"run/evaluate_prompts.jsonl").read_text().splitlines()]
+    assert len(held2) == 3 and held2[:len(held1)] == held1
+    # 2. a changed capture setting and a --stages run after it: refused, naming the stale stage, nothing run
+    with pytest.raises(InputError, match="--stages train,evaluate,export: capture must run first"):
+        run_default("tiny", run=d, capture={"context_prompts": 2}, stages=["train", "evaluate", "export"])
+    assert _ledger(d)["train"] == led2["train"]
+    # 3. the full run recaptures and retrains (never "done earlier" on the old capture)
+    capsys.readouterr()
+    led3 = run_default("tiny", run=d, capture={"context_prompts": 2})
+    out = capsys.readouterr().out
+    assert "capture: its settings, or the data of a stage before it, changed" in out
+    assert "train: its settings, or the data of a stage before it, changed" in out
+    c3 = json.loads((tmp_path/"run/capture/manifest.json").read_text())["counts"]
+    assert c3["records"] == capture_before["records"] - 2
+    t3 = json.loads((tmp_path/"run/train/manifest.json").read_text())["counts"]
+    assert t3["train_records"] + t3["heldout_records"] == c3["captured"]
+    # 4. a stage rerun under the same settings makes what follows stale: --stages after it refuses
+    run_default("tiny", run=d, capture={"context_prompts": 2}, stages=["capture"], fresh=True)
+    with pytest.raises(InputError, match="--stages evaluate: train must run first"):
+        run_default("tiny", run=d, capture={"context_prompts": 2}, stages=["evaluate"])
+    assert _ledger(d)["evaluate"] == led3["evaluate"]
+    # other sampling never passes the old samples on: refused, with the way out
+    with pytest.raises(InputError, match="holds samples made with .*temperature.*: rerun with --fresh"):
+        run_default("tiny", run=d, generate={"temperature": 0.7}, stages=["generate"])
+    # the guard: a prompt the drafter was trained on is refused before any forward, named
+    gen = [json.loads(x) for x in (tmp_path/"run/generate_prompts.jsonl").read_text().splitlines()]
+    (tmp_path/"leak.jsonl").write_text(json.dumps({"id": "leak-t0", "prompt_ids": gen[0]["prompt_ids"]}) + "\n")
+    r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts", str(tmp_path/"leak.jsonl"), "--ks", "1"])
+    assert r.returncode == 2 and "leak-t0 (the same prompt ids)" in r.stderr, r.stderr[-2000:]
+    src = gen[0]["source"]["row"]
+    sibling = {"id": src["id"].rsplit("_", 1)[0] + "_999",          # another row of a trained-on conversation
+               "conversations": [{"from": "human", "value": "And what happened next?"}]}
+    (tmp_path/"conv.jsonl").write_text(json.dumps(sibling) + "\n")
+    r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts", str(tmp_path/"conv.jsonl"), "--ks", "1"])
+    assert r.returncode == 2 and f"(conversation {gen[0]['conversation']!r})" in r.stderr, r.stderr[-2000:]

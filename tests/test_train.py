@@ -128,3 +128,69 @@ def test_heldout_records_without_labels_are_trained_on(tmp_path):
         m = train(tmp_path, source=source, target="tiny-llama", fresh=True, **kw)
         assert m["counts"]["heldout_records"] == len(set(held) - bare), source
         assert m["counts"]["train_records"] == 24 - len(set(held) - bare), source
+
+def test_resume_refuses_a_changed_capture(captured, tmp_path):
+    "The checkpoint names the capture it trained on (sha256 of its index); a changed capture is refused, --fresh starts over."
+    from eagle3nb.train import train
+    d = _copy(captured, tmp_path/"run")
+    kw = dict(ttt_steps=1, draft_vocab_size=256, batch_tokens=160, ckpt_every=2, heldout=0.15, progress=False)
+    train(d, max_steps=2, **kw)
+    train(d, max_steps=3, **kw)                                   # the same capture resumes
+    idx = d/"capture/index.jsonl"
+    idx.write_text("".join(idx.read_text().splitlines(keepends=True)[:-1]))   # a capture with one record fewer
+    with pytest.raises(InputError) as e: train(d, max_steps=4, **kw)
+    msg = str(e.value)
+    assert "sha256" in msg and str(idx) in msg and "--fresh" in msg and "step-000003.pt" in msg, msg
+    assert train(d, max_steps=2, fresh=True, **kw)["counts"]["records"] == 23
+
+def test_train_and_heldout_metrics_count_the_answers(captured, tmp_path):
+    "With the loss on every position, both the train and the held-out rows still measure the answers (the same slots)."
+    from eagle3nb.train import train
+    d = _copy(captured, tmp_path/"run")
+    m = train(d, ttt_steps=2, draft_vocab_size=49152, max_steps=1, batch_tokens=1 << 16, heldout=0.2, loss_positions="all",
+              log_every=1, eval_every=1, progress=False)
+    rows = {r["split"]: r for r in read_jsonl(d/"train/metrics.jsonl")}
+    n_tr, n_ho = m["counts"]["train_records"], m["counts"]["heldout_records"]
+    assert n_tr and n_ho
+    # each record: 10 prompt tokens, 30 answer tokens; step k drafts from slots 9 .. 37-k (a full vocabulary: all supervised)
+    assert rows["train"]["supervised"] == [n_tr * (29 - k) for k in range(2)], rows["train"]["supervised"]
+    assert rows["heldout"]["supervised"] == [n_ho * (29 - k) for k in range(2)], rows["heldout"]["supervised"]
+
+def test_acc_k_counts_out_of_vocabulary_targets_as_misses(captured):
+    "acc_k = draft argmax = target argmax over every answer slot of step k, a target token the drafter cannot propose a miss."
+    from eagle3nb.train import OfflineSource, Teacher, chain_slots, plan_steps, summarize_stats, ttt_loss
+    from eagle3nb.drafter import new_drafter, target_lm_head
+    src = OfflineSource(captured/"capture")
+    b = src.batch(["g1", "g2", "g5"])
+    counts = src.counts()
+    vocab = sorted(counts, key=lambda i: -counts[i])[:40]                # a small vocabulary: many targets out of it
+    d = new_drafter(src.target, sorted(vocab), src.aux_layers, init_fc="high")
+    teacher = Teacher(target_lm_head(src.target), sorted(vocab))
+    with torch.no_grad():
+        _, st = ttt_loss(d, b, plan_steps(b, teacher, 1))
+        draft = d.to_target_ids(d.logits(d.ttt_forward(b.input_ids, b.aux, b.lengths, 1)[0]).argmax(-1))
+    want = (b.final @ teacher.W.T).argmax(-1)                              # the target's next token at each position
+    slots = chain_slots(b.loss_mask, 0)
+    right = (draft[:, :-1] == want[:, 1:])[slots[:, :-1]]                  # slot p drafts x[p+2], the argmax at p+1
+    in_vocab = teacher.t2d[want[:, 1:][slots[:, :-1]]]
+    assert 0 < int(in_vocab.sum()) < len(in_vocab) and int(right.sum()) > 0
+    assert summarize_stats(st)["acc_k"][0] == round(float(right.float().mean()), 5)
+
+def test_tau_walk_walks_greedy_answers_only(tmp_path):
+    "τ_walk walks the held-out records of T=0 data, never context records; at T > 0 none."
+    from eagle3nb.core import write_jsonl_atomic, write_manifest
+    from eagle3nb.train import heldout_split, train
+    _greedy_records(tmp_path, n=16, new=8)
+    recs = read_jsonl(tmp_path/"validate/records.jsonl")
+    for r in recs[:6]: r["id"] = "context-" + r["id"]             # a dataset's reply: labels, but not the target's output
+    write_jsonl_atomic(tmp_path/"validate/records.jsonl", recs)
+    capture(tmp_path, "tiny-llama", dtype="float32", progress=False)
+    _, held = heldout_split(sorted(r["id"] for r in recs), 0.5, 0)
+    assert any(i.startswith("context-") for i in held) and not all(i.startswith("context-") for i in held)
+    kw = dict(ttt_steps=2, draft_vocab_size=256, max_steps=1, batch_tokens=256, heldout=0.5, progress=False, fresh=True)
+    for temp, walked in ((0.0, len([i for i in held if not i.startswith("context-")])), (0.7, 0)):
+        write_manifest(tmp_path/"generate", "generate", {"sampling": {"temperature": temp}}, {})
+        m = train(tmp_path, **kw)
+        row = [r for r in read_jsonl(tmp_path/"train/metrics.jsonl") if r["split"] == "heldout"][-1]
+        assert m["counts"]["walked_records"] == row["walk_records"] == walked, (temp, row["walk_records"])
+        assert (row["tau_walk"] is None) == (walked == 0) and m["counts"]["heldout_records"] == len(held)
