@@ -366,7 +366,8 @@ def train_summary(m:dict) -> str:
     h, v = m["final"].get("heldout") or m["final"].get("train") or {}, m["draft_vocab"]
     return (f"train: {m['counts']['steps']} steps on {m['counts']['train_records']} records "
             f"({m['counts']['heldout_records']} held out) in {m['timings']['seconds']} s; draft vocab {v['size']} "
-            f"(coverage {v['coverage']:.3f}); {h.get('split', '')} acc_k {h.get('acc_k')}, tau_sim {h.get('tau_sim')} "
+            f"(coverage {v['coverage']:.3f}); {h.get('split', '')} acc_k {h.get('acc_k')}, "
+            f"tau_walk {h.get('tau_walk')} over {h.get('walk_records', 0)} greedy answers "
             f"(K={m['config']['ttt_steps']} chain)")
 
 # %% ../nbs/12_pipeline.ipynb #96541b8c
