@@ -77,7 +77,8 @@ def trained_on(train_dir) -> TrainedOn:
         if ids is not None and r["id"] not in ids: continue
         pid = r.get("prompt_id") or r["id"]
         t.records.add(r["id"])
-        t.prompts.add(tuple(r["input_ids"][:r["n_prompt"]]))
+        n = r.get("n_prompt", next((i for i, m in enumerate(r.get("loss_mask", ())) if m), len(r["input_ids"])))
+        t.prompts.add(tuple(r["input_ids"][:n]))   # records without `n_prompt`: the ids before the first label
         t.conversations.add(convs.get(pid) or conversation_of({"id": pid}))
     return t
 
