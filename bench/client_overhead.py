@@ -13,7 +13,8 @@ from pathlib import Path
 def _serve_fixed(port_q, out_len):
     "Child process: eagle3nb serve's app over an engine that answers instantly with `out_len` ids."
     if (os.cpu_count() or 1) >= 2: os.sched_setaffinity(0, {0})   # server on core 0, clients on core 1
-    from eagle3nb.engines import Generation, LocalEngine
+    from eagle3nb.local import LocalEngine
+    from eagle3nb.protocol import Generation
     from eagle3nb.serve import ServerThread, create_app
     class FixedEngine(LocalEngine):
         async def generate(self, prompt_ids, sampling, rid=None):
@@ -30,7 +31,8 @@ async def minimal_loop(url, prompts, concurrency, out_len):
     import httpx
     todo, tokens = list(enumerate(prompts))[::-1], 0
     # the same connection pool settings as eagle3nb's client, so only the client logic differs
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)) as c:
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=None,
+                                                                               max_keepalive_connections=64)) as c:
         async def worker():
             nonlocal tokens
             while todo:
@@ -45,19 +47,22 @@ async def minimal_loop(url, prompts, concurrency, out_len):
 async def eagle3nb_run(url, prompts, concurrency, out_len):
     "eagle3nb generate: guards, retries policy, JSONL records, manifest — the real thing."
     from eagle3nb.core import JsonlWriter
-    from eagle3nb.engines import SGLangEngine, Sampling
+    from eagle3nb.engines import SGLangEngine
+    from eagle3nb.protocol import Sampling
     from eagle3nb.generate import generate_async
     run = Path(tempfile.mkdtemp())
     with JsonlWriter(run/"prompts/prompts.jsonl") as w:
         for i, p in enumerate(prompts): w.write({"id": f"p{i}", "prompt_ids": p})
     t0 = time.perf_counter()
-    m = await generate_async(run, [SGLangEngine(url)], Sampling(max_new_tokens=out_len), concurrency=concurrency, progress=False)
+    m = await generate_async(run, [SGLangEngine(url)], Sampling(max_new_tokens=out_len),
+                             concurrency=concurrency, progress=False)
     dt = time.perf_counter() - t0
     assert m["counts"]["success"] == len(prompts), m["counts"]
     return dt, m["summary"]["output_tokens"]
 
 def local_engine_bench():
-    from eagle3nb.engines import LocalEngine, Sampling
+    from eagle3nb.local import LocalEngine
+    from eagle3nb.protocol import Sampling
     from eagle3nb.prompts import RowReader, resolve_input, render_prompt
     eng = LocalEngine("smollm2", max_batch=16)
     tok, prompts = eng.target.tokenizer, []
@@ -68,19 +73,27 @@ def local_engine_bench():
         if len(prompts) == 16: break
     s = Sampling(max_new_tokens=64)
     eng.generate_batch(prompts[:1], Sampling(max_new_tokens=4))   # warm-up
-    t0 = time.perf_counter(); n1 = sum(len(eng.generate_batch([p], s)[0].output_ids) for p in prompts[:4]); d1 = time.perf_counter() - t0
-    t0 = time.perf_counter(); n16 = sum(len(g.output_ids) for g in eng.generate_batch(prompts, s)); d16 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n1 = sum(len(eng.generate_batch([p], s)[0].output_ids) for p in prompts[:4])
+    d1 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n16 = sum(len(g.output_ids) for g in eng.generate_batch(prompts, s))
+    d16 = time.perf_counter() - t0
     print(f"local engine, SmolLM2-135M float32, {os.cpu_count()} CPU cores, ShareGPT prompts, 64 new tokens:")
     print(f"  batch 1 : {n1 / d1:8.1f} tokens/s  ({n1} tokens, 4 prompts one by one, {d1:.1f} s)")
-    print(f"  batch 16: {n16 / d16:8.1f} tokens/s  ({n16} tokens, {d16:.1f} s)   ratio batch16/batch1 = {(n16 / d16) / (n1 / d1):.2f}")
+    print(f"  batch 16: {n16 / d16:8.1f} tokens/s  ({n16} tokens, {d16:.1f} s)   ratio batch16/batch1 = "
+          f"{(n16 / d16) / (n1 / d1):.2f}")
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=2000); ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--out-len", type=int, default=64); ap.add_argument("--skip-local", action="store_true")
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--out-len", type=int, default=64)
+    ap.add_argument("--skip-local", action="store_true")
     a = ap.parse_args()
     q = mp.get_context("spawn").Queue()
-    srv = mp.get_context("spawn").Process(target=_serve_fixed, args=(q, a.out_len), daemon=True); srv.start()
+    srv = mp.get_context("spawn").Process(target=_serve_fixed, args=(q, a.out_len), daemon=True)
+    srv.start()
     url = q.get(timeout=120)
     if (os.cpu_count() or 1) >= 2: os.sched_setaffinity(0, {1})
     prompts = [[151644, 872, 198] + [1000 + (i * 7 + j) % 5000 for j in range(40)] + [151645, 198, 151644, 77091, 198]
@@ -92,7 +105,8 @@ def main():
         res["eagle3nb"].append(asyncio.run(eagle3nb_run(url, prompts, a.concurrency, a.out_len)))
     srv.terminate()
     best = {k: min(v) for k, v in res.items()}
-    print(f"client overhead: {a.requests} requests, concurrency {a.concurrency}, {a.out_len}-token answers from eagle3nb serve (instant engine)")
+    print(f"client overhead: {a.requests} requests, concurrency {a.concurrency}, {a.out_len}-token answers from "
+          "eagle3nb serve (instant engine)")
     for k, (dt, tok) in best.items(): print(f"  {k:9s}: {a.requests / dt:8.1f} req/s  {tok / dt:10.1f} tokens/s")
     ratio = best["minimal"][0] / best["eagle3nb"][0]
     print(f"  ratio eagle3nb / minimal (throughput): {ratio:.3f}   (target >= 0.9)")

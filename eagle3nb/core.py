@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 # %% auto #0
-__all__ = ['InputError', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader', 'read_jsonl', 'atomic_write_text',
+__all__ = ['STAGES', 'InputError', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader', 'read_jsonl', 'atomic_write_text',
            'write_jsonl_atomic', 'jsonl_writers_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions',
            'stage_dir', 'write_manifest', 'read_manifest', 'manifest_config', 'check_settings', 'Tally', 'first_diff',
            'PromptRecord']
@@ -203,6 +203,8 @@ def versions() -> dict:
     return out
 
 # %% ../nbs/00_core.ipynb #dbf04ca3
+STAGES = ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]   # a run's, in order
+
 def stage_dir(run, stage:str) -> Path:
     "The folder of `stage` inside run directory `run` (created)."
     d = Path(run)/stage

@@ -35,7 +35,7 @@ class DrafterConfig:
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None
     max_position_embeddings: int = 4096
-    hidden_act: str = "silu"
+    hidden_act: str = "silu"  # the drafter's MLP is always SiLU, whatever the target's activation
     norm_before_residual: bool = False
     target: str = ""  # the target (verifier) model directory
     def to_dict(self) -> dict: return asdict(self)
@@ -43,7 +43,7 @@ class DrafterConfig:
     def from_dict(cls, d:dict): return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 # %% ../nbs/08_drafter.ipynb #8d118840
-def _rope(cfg:dict) -> tuple:
+def _rope_settings(cfg:dict) -> tuple:
     "`(rope_theta, rope_scaling)` from a config, old (`rope_theta`, `rope_scaling`) or new (`rope_parameters`) way."
     rp = cfg.get("rope_parameters") or {}
     theta = float(rp.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
@@ -57,7 +57,7 @@ def drafter_config(target_config:dict, # the target's config.json
     "A drafter config sized like one layer of the target."
     c = target_config.get("text_config", target_config)
     H, nh = int(c["hidden_size"]), int(c["num_attention_heads"])
-    theta, scaling = _rope(c)
+    theta, scaling = _rope_settings(c)
     return DrafterConfig(hidden_size=H, num_attention_heads=nh,
                          num_key_value_heads=int(c.get("num_key_value_heads") or nh),
                          head_dim=int(c.get("head_dim") or H // nh), intermediate_size=int(c["intermediate_size"]),
@@ -65,7 +65,7 @@ def drafter_config(target_config:dict, # the target's config.json
                          aux_layers_hf=[int(i) for i in aux_layers], rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)),
                          rope_theta=theta, rope_scaling=scaling,
                          max_position_embeddings=int(c.get("max_position_embeddings") or 4096),
-                         hidden_act=c.get("hidden_act", "silu"), norm_before_residual=norm_before_residual,
+                         hidden_act="silu", norm_before_residual=norm_before_residual,
                          target=str(target))
 
 # %% ../nbs/08_drafter.ipynb #f5a1a98e
@@ -258,7 +258,6 @@ def target_tensor(model_dir, *names):
 def target_embeddings(model_dir): return target_tensor(model_dir, "model.embed_tokens.weight",
                                                        "model.language_model.embed_tokens.weight")
 
-# %% ../nbs/08_drafter.ipynb #f1878dc6
 def target_lm_head(model_dir): return target_tensor(model_dir, "lm_head.weight", "model.embed_tokens.weight",
                                                     "model.language_model.embed_tokens.weight")
 

@@ -4,21 +4,22 @@
 
 # %% ../nbs/10_evaluate.ipynb #f6be3bda
 from __future__ import annotations
-import time
+import os, time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 import torch
 from .core import InputError, read_json, stage_dir, write_json, write_manifest
 from .capture import catch_aux
 from .drafter import Drafter, load_drafter
-from .engines import _cache_kw, _eos_ids
+from .models import eos_ids, kv_cache_kwarg
 from .heldout import check_drafter_heldout, prompt_records
 from .train import walk
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode', 'run_prompts',
            'sweep', 'greedy_tail', 'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row',
-           'replay', 'measure_costs', 'recommend_k', 'tau_sim_by_k', 'plot_report', 'evaluate', 'print_report']
+           'replay', 'measure_costs', 'recommend_k', 'tau_sim_by_k', 'plot_report', 'EvaluateConfig', 'evaluate',
+           'print_report']
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
@@ -27,14 +28,15 @@ class TargetCache:
                 ):
         from transformers import DynamicCache
         self.model, self.aux_layers, self.cache, self.forwards = model, list(aux_layers or []), DynamicCache(), 0
-        self.ckw = _cache_kw(model)
+        self.ckw, self.device = kv_cache_kwarg(model), next(model.parameters()).device
     def __len__(self): return self.cache.get_seq_length()
     @torch.inference_mode()
     def __call__(self, ids:list):
         "Logits `[T, V]` and aux `[T, 3H]` (or None) of tokens `ids` appended after the cached positions."
         n = len(self)
         with catch_aux(self.model, self.aux_layers) as aux_of:
-            out = self.model(input_ids=torch.tensor([ids]), position_ids=torch.arange(n, n + len(ids))[None],
+            out = self.model(input_ids=torch.tensor([ids], device=self.device),
+                             position_ids=torch.arange(n, n + len(ids), device=self.device)[None],
                              use_cache=True,
                              **{self.ckw: self.cache})
         self.forwards += 1
@@ -51,8 +53,8 @@ class DrafterCache:
     def __len__(self): return 0 if self.k is None else self.k.shape[2]
     def _run(self, ids, hidden, start:int):
         if self.k is not None: self.k, self.v = self.k[:, :, :start], self.v[:, :, :start]
-        pos = torch.arange(start, start + hidden.shape[1])[None]
-        state, k, v = self.d.step(torch.tensor([ids]), hidden, pos, self.k, self.v)
+        pos = torch.arange(start, start + hidden.shape[1], device=hidden.device)[None]
+        state, k, v = self.d.step(torch.tensor([ids], device=hidden.device), hidden, pos, self.k, self.v)
         self.k = k if self.k is None else torch.cat([self.k, k], 2)
         self.v = v if self.v is None else torch.cat([self.v, v], 2)
         return state[:, -1:]
@@ -69,8 +71,8 @@ class DrafterCache:
         "Target-vocabulary draft distribution of a fed state (or its argmax id at temperature 0)."
         lg = self.d.logits(state)[0, -1].float()
         if temperature == 0: return int(self.d.to_target_ids(lg.argmax()))
-        q = torch.zeros(self.d.config.vocab_size)
-        q[self.d.to_target_ids(torch.arange(len(lg)))] = torch.softmax(lg / temperature, -1)
+        q = torch.zeros(self.d.config.vocab_size)     # on the CPU, where the sampling generators live
+        q[self.d.to_target_ids(torch.arange(len(lg), device=lg.device)).cpu()] = torch.softmax(lg.cpu() / temperature, -1)
         return q
 
 # %% ../nbs/10_evaluate.ipynb #85487781
@@ -118,10 +120,11 @@ class SpecStats:
 def _pick(logits, temperature:float, gen):
     "Greedy or sampled id from one row of target logits."
     if temperature == 0: return int(logits.argmax())
-    return int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen))
+    return int(torch.multinomial(torch.softmax(logits.cpu() / temperature, -1), 1, generator=gen))
 
 def verify(logits, drafts:list, qs:list, temperature:float, gen) -> tuple:
     "Accept the longest valid prefix of `drafts` by target `logits` `[len(drafts)+1, V]`; `(n_accepted, next_token)`."
+    if temperature != 0: logits = logits.cpu()   # sampled on the CPU, with the prompt's own generator
     for j, d in enumerate(drafts):
         if temperature == 0:
             t = int(logits[j].argmax())
@@ -255,7 +258,8 @@ def chain_drafts(model, drafter:Drafter, seq:list, steps:int) -> torch.Tensor:
     ("Every chain's drafts at T=0, `[steps, len(seq)]` target ids: slot p of step k drafts `seq[p+2+k]` "
      "(one target forward for the aux states, one teacher-forced drafter pass).")
     _, aux = TargetCache(model, drafter.config.aux_layers_hf)(seq)
-    states = drafter.ttt_forward(torch.tensor([seq]), aux[None].to(drafter.fc.weight.dtype), [len(seq)], steps)
+    x = torch.tensor([seq], device=drafter.fc.weight.device)
+    states = drafter.ttt_forward(x, aux[None].to(drafter.fc.weight.dtype), [len(seq)], steps)
     return torch.stack([drafter.to_target_ids(drafter.logits(s)[0].float().argmax(-1)) for s in states])
 
 def replay_eagle3(drafts, # `chain_drafts(...)` of `seq`, at least `k` steps
@@ -290,11 +294,14 @@ def replay(model, drafter:Drafter|None, prompts:list, outputs:list, # the target
 @torch.inference_mode()
 def measure_costs(model, drafter:Drafter|None, context:list, max_k:int=7, repeats:int=5) -> dict:
     "Fastest of `repeats` timings of a target forward of 1..max_k+1 new tokens after `context`; the drafter's passes."
+    sync = torch.cuda.synchronize if next(model.parameters()).is_cuda else (lambda: None)
     def timed(f):
         ts = []
         for _ in range(repeats):
+            sync()
             t0 = time.perf_counter()
             f()
+            sync()
             ts.append(time.perf_counter() - t0)
         return min(ts)
     tgt = TargetCache(model, drafter.config.aux_layers_hf if drafter is not None else None)
@@ -432,6 +439,18 @@ def plot_report(report:dict, out_dir) -> list:
         plt.close(fig)
     return paths
 
+# %% ../nbs/10_evaluate.ipynb #0e96d512
+@dataclass
+class EvaluateConfig:
+    "Settings of draft-and-verify evaluation (`eagle3nb evaluate`, the main job's `[evaluate]`)."
+    n_prompts: int | None = None  # held-out prompts to decode (None: all; the main job takes one per conversation)
+    prompts_file: str | None = None  # a JSONL of prompt records or conversations of your own
+    ks: list = field(default_factory=lambda: [1, 2, 3, 4, 5, 6, 7])  # chain lengths K of the real loop
+    max_new_tokens: int = 128  # most tokens per prompt
+    temperature: float = 0.0  # 0 is greedy (and lossless); above it, speculative sampling
+    draft_sample: str = "greedy"  # at T > 0: greedy (argmax drafts, vLLM's default) or probabilistic
+    ngram: bool = True  # n-gram prompt lookup beside the drafter
+
 # %% ../nbs/10_evaluate.ipynb #d1b7aec5
 def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl), writes evaluate/
              prompts, # JSONL of held-out prompt records (`prompt_ids`) or conversations (`messages`)
@@ -453,7 +472,7 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     recs = prompt_records(prompts, tgt.tokenizer, limit)     # conversation rows rendered for turn 0
     checked = check_drafter_heldout(recs, ddir, str(prompts))   # before any forward: never what it trained on
     ps = [(r["id"], r["prompt_ids"]) for r in recs]
-    model, eos = tgt.load_model("float32"), _eos_ids(tgt.path, tgt.tokenizer)
+    model, eos = tgt.load_model("float32"), eos_ids(tgt.path, tgt.tokenizer)
     ks = list(ks)
     res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress, draft_sample == "greedy")
     eagle_ks, ngram_ks = list(range(1, max(ks + [ttt or 0]) + 1)), list(range(1, max(ks + [7]) + 1)) if ngram else []

@@ -5,22 +5,15 @@
 # %% ../nbs/11_export.ipynb #2c79cc1c
 from __future__ import annotations
 import json, os
+from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from .core import InputError, atomic_write_text
 from .drafter import Drafter, DrafterConfig, load_drafter, target_embeddings
+from .models import hf_layer_ids, sglang_layer_ids
 
 # %% auto #0
-__all__ = ['sglang_aux_ids', 'hf_aux_ids_from_sglang', 'llama_fields', 'export_sglang', 'export_speculators', 'load_export',
-           'export']
-
-# %% ../nbs/11_export.ipynb #2038a516
-def sglang_aux_ids(hf_ids:list) -> list:
-    "SGLang / SpecForge's `eagle_aux_hidden_state_layer_ids`: outputs of 0-indexed layers, i.e. HF index − 1."
-    return [int(i) - 1 for i in hf_ids]
-
-# %% ../nbs/11_export.ipynb #fd0c0d7c
-def hf_aux_ids_from_sglang(ids:list) -> list: return [int(i) + 1 for i in ids]
+__all__ = ['llama_fields', 'export_sglang', 'export_speculators', 'load_export', 'ExportConfig', 'export']
 
 # %% ../nbs/11_export.ipynb #10927546
 def llama_fields(c:DrafterConfig) -> dict:
@@ -29,7 +22,8 @@ def llama_fields(c:DrafterConfig) -> dict:
     return {"model_type": "llama", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
             "num_hidden_layers": 1, "num_attention_heads": c.num_attention_heads,
             "num_key_value_heads": c.num_key_value_heads,
-            "head_dim": c.head_dim, "hidden_act": c.hidden_act, "max_position_embeddings": c.max_position_embeddings,
+            "head_dim": c.head_dim, "hidden_act": "silu",  # the drafter's MLP, whatever the target's is
+            "max_position_embeddings": c.max_position_embeddings,
             "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling,
             "rope_parameters": rope,
             "vocab_size": c.vocab_size, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
@@ -63,7 +57,7 @@ def export_sglang(d:Drafter, out_dir) -> Path:
                          "vLLM")
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
            "target_hidden_size": c.target_hidden_size,
-           "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_aux_ids(c.aux_layers_hf),
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_layer_ids(c.aux_layers_hf),
                             "use_aux_hidden_state": True},
            "norm_before_residual": c.norm_before_residual, "norm_output": False, "fc_norm": False,
            "eagle3nb": {"target": c.target, "aux_layers_hf": c.aux_layers_hf}}
@@ -110,7 +104,7 @@ def load_export(path,
         l, aux, prefix = cfg["transformer_layer_config"], cfg["eagle_aux_hidden_state_layer_ids"], "layers.0."
         tgt = cfg["speculators_config"]["verifier"]["name_or_path"]
     elif "LlamaForCausalLMEagle3" in cfg.get("architectures", []):
-        l, aux = cfg, hf_aux_ids_from_sglang(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+        l, aux = cfg, hf_layer_ids(cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
         prefix, tgt = "midlayer.", cfg.get("eagle3nb", {}).get("target")
     else:
         raise InputError(f"{p}/config.json is neither a speculators eagle3 nor an SGLang LlamaForCausalLMEagle3 "
@@ -137,15 +131,25 @@ def load_export(path,
     d.load_state_dict(sd)
     return d.eval()
 
+# %% ../nbs/11_export.ipynb #ac10b096
+@dataclass
+class ExportConfig:
+    "Settings of the exports (`eagle3nb export`, the main job's `[export]`)."
+    formats: list = field(default_factory=lambda: ["speculators", "sglang"])  # speculators (vLLM) and / or sglang
+    k: int | None = None  # K written into the speculators config (default: the evaluation's recommended K, else 3)
+
 # %% ../nbs/11_export.ipynb #06727b81
 def export(run, fmt:str, # "sglang" or "speculators"
            out_dir=None, # default: RUN/export/FMT
            drafter=None, # a drafter directory (default: RUN/train/drafter)
-           speculative_tokens:int=3) -> Path:
+           k:int|None=None, # K written into the speculators config (default: the evaluation's recommended K, else 3)
+          ) -> Path:
     "Export the run's trained drafter for a serving engine."
     src = Path(drafter) if drafter else Path(run)/"train"/"drafter"
     d = load_drafter(src)
     out = Path(out_dir) if out_dir else Path(run)/"export"/fmt
     if fmt == "sglang": return export_sglang(d, out)
-    if fmt == "speculators": return export_speculators(d, out, speculative_tokens)
-    raise InputError(f"--format {fmt!r}: use sglang or speculators")
+    rep = Path(run)/"evaluate"/"report.json"
+    if k is None: k = json.loads(rep.read_text())["recommended"].get("k") or 3 if rep.exists() else 3
+    if fmt == "speculators": return export_speculators(d, out, k)
+    raise InputError(f"format {fmt!r}: use sglang or speculators")

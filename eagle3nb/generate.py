@@ -6,15 +6,15 @@
 from __future__ import annotations
 import asyncio, json, time
 from collections import Counter
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from tqdm.auto import tqdm
 from .core import (InputError, JsonlReader, JsonlWriter, Tally, check_settings, manifest_config, stage_dir,
                            write_json, write_jsonl_atomic, write_manifest)
-from .engines import EngineError, Sampling
+from .protocol import EngineError, Sampling
 
 # %% auto #0
-__all__ = ['WorkItem', 'work_items', 'summarize', 'generate_async', 'generate']
+__all__ = ['WorkItem', 'work_items', 'summarize', 'GenerateConfig', 'engines_for', 'generate_async', 'generate']
 
 # %% ../nbs/05_generate.ipynb #790187aa
 @dataclass
@@ -172,6 +172,57 @@ def _lock_sampling(out:Path, sampling:Sampling, n:int, fresh:bool=False):
         if not fresh: raise
         for f in _OUTCOME_FILES: (out/f).unlink(missing_ok=True)
     write_json(out/"config.json", cfg)
+
+# %% ../nbs/05_generate.ipynb #c8ef8a75
+@dataclass
+class GenerateConfig:
+    "Settings of token-direct generation (`eagle3nb generate`, the main job's `[generate]`)."
+    engine: str = "sglang"  # sglang or vllm (servers at `urls`); local (in process); serve (`eagle3nb serve`, loopback)
+    urls: list = field(default_factory=list)  # server base URLs for sglang / vllm (several spread the load)
+    n_prompts: int | None = None  # generate for the first N prompts (None: all of them)
+    n_samples: int = 1  # samples per prompt
+    max_new_tokens: int = 2048  # most tokens to generate per sample
+    temperature: float = 0.0  # 0 is greedy (the evaluation is greedy)
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0  # 1 is off; always sent, so a server's generation_config default never applies
+    frequency_penalty: float = 0.0  # 0 is off; always sent
+    presence_penalty: float = 0.0  # 0 is off; always sent
+    stop_token_ids: list = field(default_factory=list)  # extra stop ids (the model's EOS ids always stop)
+    seed: int | None = None  # base seed; sample k uses seed + k
+    concurrency: int = 16  # requests in flight per server
+    batch_size: int = 1  # prompts per request where the engine takes batches (SGLang)
+    timeout: float = 600  # base read timeout of a request, in seconds
+    timeout_per_token: float = 0.1  # read-timeout seconds added per max_new_tokens token (long answers are not cut)
+    max_retries: int = 6  # retries of transient faults per request
+    @property
+    def sampling(self) -> Sampling:
+        "The `Sampling` every request is sent with."
+        return Sampling(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                        top_k=self.top_k, min_p=self.min_p, stop_token_ids=list(self.stop_token_ids), seed=self.seed,
+                        repetition_penalty=self.repetition_penalty, frequency_penalty=self.frequency_penalty,
+                        presence_penalty=self.presence_penalty)
+
+# %% ../nbs/05_generate.ipynb #33e41665
+def engines_for(cfg:GenerateConfig, # `engine`, `urls` and the HTTP settings
+                target=None, # the model for engine local or serve
+               ) -> tuple:
+    "`(engines, stop)`: the engines `cfg` names, and a function that stops what was started for them."
+    from eagle3nb.engines import SGLangEngine, make_engine
+    http = dict(timeout=cfg.timeout, timeout_per_token=cfg.timeout_per_token, max_retries=cfg.max_retries)
+    if cfg.engine in ("sglang", "vllm"):
+        return [make_engine(cfg.engine, u, **http) for u in cfg.urls or [None]], lambda: None
+    if cfg.engine == "local": return [make_engine("local", target=target)], lambda: None
+    if cfg.engine != "serve": raise InputError(f"engine {cfg.engine!r}: use sglang, vllm, local or serve")
+    if target is None: raise InputError("engine serve needs a target (--target: a model directory or built-in name)")
+    from eagle3nb.serve import start_server_process
+    proc, url = start_server_process(target)
+    print(f"serving {target} on {url} (eagle3nb serve, SGLang wire format)")
+    def stop():
+        proc.terminate()
+        proc.wait(30)
+    return [SGLangEngine(url, **http)], stop
 
 # %% ../nbs/05_generate.ipynb #8f96252e
 async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`, writes `generate/`)

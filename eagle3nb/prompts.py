@@ -5,7 +5,7 @@
 # %% ../nbs/02_prompts.ipynb #799d28f4
 from __future__ import annotations
 import codecs, hashlib, json, re, time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
 from tqdm.auto import tqdm
@@ -16,7 +16,7 @@ from .models import asset_path, load_target
 # %% auto #0
 __all__ = ['SHAREGPT_ROLES', 'ROLES', 'DATASETS', 'JsonArrayReader', 'Reject', 'Conversation', 'normalize_row', 'first_turn',
            'conversation_id', 'conversation_of', 'resolve_input', 'RowReader', 'render_prompt', 'template_hash',
-           'prepare']
+           'PrepareConfig', 'prepare']
 
 # %% ../nbs/02_prompts.ipynb #3c7354ad
 _WS = " \t\r\n"
@@ -105,8 +105,6 @@ def __iter__(self:JsonArrayReader):
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
                   "bing": "assistant", "model": "assistant", "assistant": "assistant", "system": "system",
                   "tool": "tool", "function": "tool", "observation": "tool"}
-
-# %% ../nbs/02_prompts.ipynb #bec1e961
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 # %% ../nbs/02_prompts.ipynb #1812b42f
@@ -287,6 +285,18 @@ def _prompt_record(row, where:dict, default_id:str, seen:set, tok, render:dict) 
     return PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl, source,
                         {"thinking": render["thinking"], "dropped_leading": dropped},
                         conversation_id(row, conv)), dropped
+
+# %% ../nbs/02_prompts.ipynb #e4905df3
+@dataclass
+class PrepareConfig:
+    "Settings of `prepare` (`eagle3nb prepare`, the main job's `[data]`): which conversations become prompts."
+    inputs: list = field(default_factory=lambda: ["sharegpt"])  # files (JSON array or JSONL) or built-in names
+    limit: int | None = None  # read at most this many rows in all (None: all)
+    thinking: bool | None = None  # reasoning on/off in the chat template (None: the template's default)
+    max_prompt_tokens: int | None = None  # reject longer prompts (default: the target's context length)
+    tools: bool = True  # pass rows' tool definitions to the template
+    drop_leading_assistant: bool = True  # drop assistant turns before the first user turn (false: reject the row)
+    heldout_share: float = 0.1  # share of conversations kept for evaluation (a hash of the conversation id decides)
 
 # %% ../nbs/02_prompts.ipynb #d6a5ebd5
 def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset names, e.g. "sharegpt"

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio, json, threading, time, uuid
 from contextlib import asynccontextmanager
 from .core import InputError
-from .engines import LocalEngine, Sampling, PermanentError, EngineError
+from .local import LocalEngine
+from .protocol import EngineError, PermanentError, Sampling
 
 # %% auto #0
 __all__ = ['create_app', 'ServerThread', 'serve', 'start_server_process']

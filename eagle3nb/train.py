@@ -11,13 +11,14 @@ from pathlib import Path
 import torch
 from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, read_json, read_manifest,
                            stage_dir, write_jsonl_atomic, write_manifest)
+from .capture import dist_env
 from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_left, target_lm_head
 
 # %% auto #0
 __all__ = ['STAT_KEYS', 'BF16', 'loss_positions_mask', 'captured_masks', 'label_counts', 'DraftVocab', 'draft_vocab',
            'run_of_ones', 'chain_slots', 'Batch', 'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource',
-           'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'ttt_loss', 'summarize_stats', 'add_stats', 'walk',
-           'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16', 'use_bf16', 'TrainConfig', 'lr_at',
+           'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'summarize_stats', 'add_stats',
+           'walk', 'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16', 'use_bf16', 'TrainConfig', 'lr_at',
            'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'walk_ids', 'train',
            'plot_training']
 
@@ -219,22 +220,28 @@ class Teacher:
         return torch.log_softmax(final_rows @ self.Wd.T, -1)
     def argmax(self, batch) -> torch.Tensor:
         "The full-vocabulary argmax at every position of `batch` `[B, T]`, computed once per record id."
-        out = torch.zeros(batch.final.shape[:2], dtype=torch.long, device=batch.final.device)
+        out = torch.zeros(batch.final.shape[:2], dtype=torch.long)
         for b, (rid, n) in enumerate(zip(batch.ids, batch.lengths)):
-            if rid not in self.memo:
-                self.memo[rid] = torch.cat([(c @ self.W.T).argmax(-1) for c in batch.final[b, :n].split(self.chunk)])
+            if rid not in self.memo:   # kept on the CPU as int32: 4 bytes a token, off the training device
+                args = [(c @ self.W.T).argmax(-1) for c in batch.final[b, :n].split(self.chunk)]
+                self.memo[rid] = torch.cat(args).to("cpu", torch.int32)
             out[b, :n] = self.memo[rid]
-        return out
+        return out.to(batch.final.device)
 
 # %% ../nbs/09_train.ipynb #c78e1f64
 @dataclass
 class StepPlan:
-    "What step k supervises in a batch: slot coordinates, teacher log-probs and argmax, in-vocabulary flags."
+    "What step k supervises in a batch: slot coordinates, teacher rows and argmax, in-vocabulary flags."
     b: object
     p: object
-    teacher_logp: object
+    rows: object        # [S] each slot's row of `table`
+    table: object       # [M, N] the teacher's log-probs at the batch's rows, shared by every step
     teacher_arg: object
     supervised: object
+    @property
+    def teacher_logp(self):
+        "The teacher's log-probabilities at this step's slots `[S, N]` (a copy: made where needed, not kept)."
+        return self.table[self.rows]
 
 # %% ../nbs/09_train.ipynb #41663e74
 def plan_steps(batch:Batch, teacher:Teacher, steps:int,
@@ -250,8 +257,26 @@ def plan_steps(batch:Batch, teacher:Teacher, steps:int,
     for k in range(steps):
         b, p = chain_slots(mask, k).nonzero(as_tuple=True)
         r = row_of[b, p + 1 + k]
-        plans.append(StepPlan(b, p, logp[r], arg[r], teacher.t2d[arg[r]]))
+        plans.append(StepPlan(b, p, r, logp, arg[r], teacher.t2d[arg[r]]))     # one table for all K steps
     return plans
+
+# %% ../nbs/09_train.ipynb #a20dc93f
+def _soft_ce_rows(drafter, states, table, rows):
+    "Per-row soft cross-entropy `[S]` against the teacher's `table[rows]`, and the drafter's argmax `[S]`."
+    logp = torch.log_softmax(drafter.logits(states).float(), -1)
+    return -(table[rows].exp() * logp).sum(-1), logp.argmax(-1)
+
+def soft_ce(drafter:Drafter, states, # `[S, H]` fed states of one step's slots
+            table, rows, # the teacher's log-probs `[M, N]` and each slot's row of it `[S]`
+            chunk:int|None=None, # rows at a time, their logits recomputed in the backward pass; None/0: all at once
+           ) -> tuple:
+    "`(ce, arg)`: each slot's soft cross-entropy against the teacher, and the drafter's draft-vocabulary argmax."
+    if not chunk: return _soft_ce_rows(drafter, states, table, rows)
+    from torch.utils.checkpoint import checkpoint
+    f = functools.partial(checkpoint, _soft_ce_rows, use_reentrant=False, preserve_rng_state=False)
+    if not torch.is_grad_enabled(): f = _soft_ce_rows                  # nothing kept anyway: chunks save the peak
+    outs = [f(drafter, h, table, r) for h, r in zip(states.split(chunk), rows.split(chunk))]
+    return torch.cat([ce for ce, _ in outs]), torch.cat([a for _, a in outs])
 
 # %% ../nbs/09_train.ipynb #8ebeb397
 STAT_KEYS = ("loss_sum", "supervised", "right", "slots", "full", "chains")
@@ -259,6 +284,7 @@ STAT_KEYS = ("loss_sum", "supervised", "right", "slots", "full", "chains")
 def ttt_loss(drafter:Drafter, batch:Batch, plans:list, decay:float=0.8, denominators:list|None=None,
              metric_plans:list|None=None, # the label plans the metrics count, where `plans` cover other positions
              runs:bool=False, # also return each slot's accepted chain length `[B, T]`
+             chunk:int|None=None, # `soft_ce` rows at a time (None/0: all at once)
             ) -> tuple:
     ("`(loss, stats)`: the weighted TTT loss over `plans` (`denominators`: global supervised counts) and per-step "
      "metric sums over the answers (`batch.loss_mask`); with `runs`, `(loss, stats, chain lengths)`.")
@@ -268,15 +294,12 @@ def ttt_loss(drafter:Drafter, batch:Batch, plans:list, decay:float=0.8, denomina
     alive = chain_slots(batch.loss_mask, 0)
     n_chain, length = int(alive.sum()), torch.zeros_like(batch.loss_mask)
     for k, (pl, mp) in enumerate(zip(plans, mplans)):
-        logp = torch.log_softmax(drafter.logits(states[k][pl.b, pl.p]).float(), -1)
-        ce = -(pl.teacher_logp.exp() * logp).sum(-1)
+        ce, arg = soft_ce(drafter, states[k][pl.b, pl.p], pl.table, pl.rows, chunk)
         den = denominators[k] if denominators is not None else int(pl.supervised.sum())
         if den: loss = loss + decay ** k * ce[pl.supervised].sum() / den
         if mp is not pl:                                 # the metrics' own slots (the answers)
-            with torch.no_grad():
-                logp = torch.log_softmax(drafter.logits(states[k][mp.b, mp.p]).float(), -1)
-                ce = -(mp.teacher_logp.exp() * logp).sum(-1)
-        right = drafter.to_target_ids(logp.argmax(-1)) == mp.teacher_arg   # never, where the target's is out of vocab
+            with torch.no_grad(): ce, arg = soft_ce(drafter, states[k][mp.b, mp.p], mp.table, mp.rows, chunk)
+        right = drafter.to_target_ids(arg) == mp.teacher_arg   # never, where the target's is out of vocab
         hit = torch.zeros_like(alive)
         hit[mp.b, mp.p] = right
         alive = alive & hit
@@ -371,27 +394,28 @@ def use_bf16(setting:str, device) -> bool:
 @dataclass
 class TrainConfig:
     "Settings of a training run (recorded in the manifest; a resumed run must match them)."
-    ttt_steps: int = 7
+    ttt_steps: int = 7  # training-time-test steps: the drafter is trained to chain this many drafts
     draft_vocab_size: int | None = None  # default min(32000, target vocabulary)
-    epochs: int = 1
+    epochs: int = 1  # passes over the training records
     max_steps: int | None = None  # stop after this many optimizer steps (default: `epochs` over the data)
-    lr: float = 3e-4
-    warmup_steps: int = 20
-    weight_decay: float = 0.0
+    lr: float = 3e-4  # peak learning rate (AdamW, linear warmup then cosine)
+    warmup_steps: int = 20  # linear warmup steps
+    weight_decay: float = 0.0  # AdamW weight decay
     batch_tokens: int = 4096  # padded tokens per global batch
-    grad_clip: float = 0.5
+    grad_clip: float = 0.5  # clip the gradient norm to this
     decay: float = 0.8  # weight of step k: decay**k
     heldout: float = 0.05  # share of records held out (by record, fixed by seed)
-    eval_every: int = 50
+    eval_every: int = 50  # evaluate the held-out records every N steps
     eval_batches: int | None = None  # held-out batches per evaluation (default: every held-out record)
-    ckpt_every: int = 100
-    log_every: int = 10
-    seed: int = 0
+    ckpt_every: int = 100  # checkpoint every N steps
+    log_every: int = 10  # log train metrics every N steps
+    seed: int = 0  # model init, batch order and held-out split
     source: str = "offline"  # offline (captured shards) or online (the target runs in the loop)
-    norm_before_residual: bool = False
+    norm_before_residual: bool = False  # the residual branches off the normed fed state
     init_lm_head: str = "target"  # target rows of the draft vocabulary, or random
     init_fc: str = "random"  # random, or high: fc starts as the identity on the highest aux layer
     loss_positions: str = "labels"  # labels: the loss mask; all: every position (prompts too, the target's soft labels)
+    loss_chunk: int | None = 1024  # loss rows per chunk, logits recomputed in backward (memory ∝ chunk·N); 0: unchunked
     bf16: str = "gpu"  # bf16 autocast: gpu (there only; fp32 on CPU), auto (GPU or CPU with bf16 units), always, never
     def check(self):
         if self.source not in ("offline", "online"): raise InputError(f"source={self.source!r}: use offline or online")
@@ -402,17 +426,11 @@ class TrainConfig:
         if self.loss_positions not in ("labels", "all"):
             raise InputError(f"loss_positions={self.loss_positions!r}: use labels or all")
         if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
+        if (self.loss_chunk or 0) < 0: raise InputError(f"loss_chunk={self.loss_chunk}: use 0 (unchunked) or more")
         if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
         return self
 
 # %% ../nbs/09_train.ipynb #1d1184a7
-def _dist() -> tuple:
-    "(rank, world) from torchrun's environment, initialising the process group once."
-    import torch.distributed as dist
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized(): dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return int(os.environ.get("RANK", "0")), world
-
 def _allreduce(t):
     "Sum a tensor over processes (a no-op in one process); NCCL reduces on this process's GPU."
     import torch.distributed as dist
@@ -440,7 +458,7 @@ def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list
     params = [p for p in drafter.parameters() if p.requires_grad]
     if batch is not None:
         with torch.autocast(batch.aux.device.type, dtype=torch.bfloat16, enabled=use_bf16(cfg.bf16, batch.aux.device)):
-            loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den, mplans)
+            loss, stats = ttt_loss(drafter, batch, plans, cfg.decay, den, mplans, chunk=cfg.loss_chunk)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss {float(loss)} on records {batch.ids[:4]}")
         loss.backward()
@@ -468,7 +486,7 @@ def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, ra
         mine = ids[rank::world]
         if mine:
             b = source.batch(mine).to(teacher.W.device)
-            _, st, length = ttt_loss(drafter, b, plan_steps(b, teacher, K), cfg.decay, runs=True)
+            _, st, length = ttt_loss(drafter, b, plan_steps(b, teacher, K), cfg.decay, runs=True, chunk=cfg.loss_chunk)
             for i, rid in enumerate(b.ids):
                 if rid not in walk_ids: continue
                 walked += 1
@@ -504,7 +522,7 @@ def latest_checkpoint(ckpt_dir) -> Path|None:
 
 # %% ../nbs/09_train.ipynb #f7dac218
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every")
-_RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in _SCHEDULE_KEYS]
+_RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, "loss_chunk")]  # how, not what
 
 def _check_resume(prev:dict, cfg:TrainConfig, where):
     "Refuse to resume a run trained with other settings."
@@ -519,7 +537,7 @@ def _check_source(source, aux_layers, target):
     if aux_layers is not None and list(aux_layers) != list(source.aux_layers):
         raise InputError(f"the capture holds aux layers (HF) {source.aux_layers}; training asked for "
                          f"{list(aux_layers)}: "
-                         "recapture with those layers, or drop --layers")
+                         "recapture with those layers, or drop --aux_layers")
     if target is not None:
         from eagle3nb.models import target_dir
         if Path(target_dir(target)).resolve() != Path(source.target).resolve():
@@ -590,6 +608,18 @@ def _finish(out:Path, drafter, vocab, cfg:TrainConfig, note:dict, config:dict, c
                                        "distinct_ids": vocab.distinct_ids},
                           final=final, plots=[str(p) for p in plots], drafter=str(out/"drafter"), data=note)
 
+# %% ../nbs/09_train.ipynb #45faf116
+def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab, data:dict|None=None):
+    "Save step `step`'s checkpoint; keep the newest two."
+    ckdir.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab, data)
+    for old in sorted(ckdir.glob("step-*.pt"))[:-2]: old.unlink()
+
+# %% ../nbs/09_train.ipynb #060c8f69
+def _clear_checkpoints(ckdir:Path):
+    "Delete a run's checkpoints (`fresh=True`)."
+    for p in ckdir.glob("step-*.pt") if ckdir.exists() else []: p.unlink()
+
 # %% ../nbs/09_train.ipynb #270bec21
 def _reset_metrics(mpath:Path, step:int):
     "Drop the metrics rows logged after `step` (the checkpoint a run resumes from)."
@@ -601,25 +631,10 @@ def _epoch_batches(items:dict, ids:list, cfg:TrainConfig, epoch:int) -> list:
     "Epoch `epoch`'s batches of records `ids` (lengths from `items`)."
     return length_batches([(i, items[i]) for i in ids], cfg.batch_tokens, cfg.seed, epoch)
 
-# %% ../nbs/09_train.ipynb #0727b149
-def _guarded_step(drafter, opt, batch, teacher, cfg:TrainConfig, step:int, ckdir:Path) -> list:
-    "`train_step`, with a non-finite loss reported as the step and the last good checkpoint."
-    try: return train_step(drafter, opt, batch, teacher, cfg)
-    except FloatingPointError as e:
-        raise RuntimeError(f"step {step + 1}: {e}; the last good checkpoint is {latest_checkpoint(ckdir)} "
-                           "(lower --lr, or check the capture for outliers)") from None
-
 # %% ../nbs/09_train.ipynb #e95fb8c8
 def _positions(batch:Batch, which:str) -> Batch:
     "The batch with the loss on `which` positions: `labels` (its loss mask) or `all` (every one after the first)."
     return replace(batch, loss_mask=loss_positions_mask(batch.loss_mask, batch.lengths, which))
-
-# %% ../nbs/09_train.ipynb #45faf116
-def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab, data:dict|None=None):
-    "Save step `step`'s checkpoint; keep the newest two."
-    ckdir.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab, data)
-    for old in sorted(ckdir.glob("step-*.pt"))[:-2]: old.unlink()
 
 # %% ../nbs/09_train.ipynb #27d7c900
 def _device(rank:int, device:str|None) -> str:
@@ -628,10 +643,13 @@ def _device(rank:int, device:str|None) -> str:
     if str(device).startswith("cuda"): torch.cuda.set_device(device)
     return device
 
-# %% ../nbs/09_train.ipynb #060c8f69
-def _clear_checkpoints(ckdir:Path):
-    "Delete a run's checkpoints (`fresh=True`)."
-    for p in ckdir.glob("step-*.pt") if ckdir.exists() else []: p.unlink()
+# %% ../nbs/09_train.ipynb #0727b149
+def _guarded_step(drafter, opt, batch, teacher, cfg:TrainConfig, step:int, ckdir:Path) -> list:
+    "`train_step`, with a non-finite loss reported as the step and the last good checkpoint."
+    try: return train_step(drafter, opt, batch, teacher, cfg)
+    except FloatingPointError as e:
+        raise RuntimeError(f"step {step + 1}: {e}; the last good checkpoint is {latest_checkpoint(ckdir)} "
+                           "(lower --lr, or check the capture for outliers)") from None
 
 # %% ../nbs/09_train.ipynb #1aaed883
 def train(run, # run directory: reads capture/ (or validate/ when online), writes train/
@@ -643,7 +661,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     from tqdm.auto import tqdm
     cfg = TrainConfig(**{**(asdict(cfg) if cfg else {}), **overrides}).check()
     t0, run = time.time(), Path(run)
-    rank, world = _dist()
+    rank, world, _ = dist_env()
     device = _device(rank, device)
     torch.manual_seed(cfg.seed)
     src = _source(run, cfg, target, aux_layers, records)

@@ -19,8 +19,8 @@ from .prompts import render_prompt, normalize_row, Reject
 __all__ = ['FAMILIES', 'FAMILY_MARKERS', 'PROBE_TOOLS', 'PROBE_CONVERSATION', 'SEGMENT_COLORS', 'token_id', 'detect_family',
            'TokenProfile', 'template_parts', 'forbidden_markers', 'derive_profile', 'Problem', 'generation_prompt_of',
            'is_truncated', 'segment_output', 'loss_mask_from_segments', 'assistant_message', 'next_turn_prompt',
-           'check_record', 'training_row', 'forbidden_table', 'validate', 'report_markdown', 'plot_report',
-           'tokens_html', 'token_inspector']
+           'check_record', 'training_row', 'forbidden_table', 'report_markdown', 'ValidateConfig', 'validate',
+           'tokens_html', 'plot_report', 'token_inspector']
 
 # %% ../nbs/06_validate.ipynb #6cdb27b0
 def token_id(tok, s:str) -> int|None:
@@ -583,7 +583,6 @@ def _reject(self:_Validation, rec:dict, fr:dict, segs:list, probs:list):
         ex = self.examples[p.check]
         if len(ex) < 3: ex.append({"id": rec.get("id"), **asdict(p), "window": w})
 
-# %% ../nbs/06_validate.ipynb #cf2ecdf3
 @patch
 def _accept(self:_Validation, rec:dict, prec:dict|None, fr:dict, segs:list):
     "An accepted record: training row, SpecForge row, and the next turn's prompt where there is one."
@@ -615,6 +614,13 @@ def forbidden_table(prof:TokenProfile) -> list:
     rows = [{"id": i, "token": prof.names.get(i, str(i)), **f} for i, f in prof.forbidden.items()]
     return rows + [{"id": None, "token": f"<|start|>{r}", **f} for r, f in prof.harmony_roles.items()]
 
+# %% ../nbs/06_validate.ipynb #9ba0eb1d
+def _hist(xs, edges=(0, 16, 64, 256, 1024, 4096, 16384, 65536)) -> dict:
+    h = {}
+    for lo, hi in zip(edges, edges[1:] + (None,)):
+        h[f"{lo}-{hi - 1}" if hi else f"{lo}+"] = sum(1 for x in xs if x >= lo and (hi is None or x < hi))
+    return {"n": len(xs), "min": min(xs) if xs else None, "max": max(xs) if xs else None, "buckets": h}
+
 # %% ../nbs/06_validate.ipynb #a87c6ffe
 @patch
 def report(self:_Validation) -> dict:
@@ -626,6 +632,42 @@ def report(self:_Validation) -> dict:
             "finish_reasons": dict(self.finish), "checked": dict(self.checked), "truncated_kept": self.n_trunc_kept,
             "length_at_end_of_turn": self.n_len_end, "next_turn_prompts": self.n_next,
             "output_length": {k: _hist(v) for k, v in self.lens.items()}, "examples": dict(self.examples)}
+
+# %% ../nbs/06_validate.ipynb #33900a12
+def report_markdown(r:dict) -> str:
+    "The readable summary of a validation report."
+    c = r["counts"]
+    L = [f"# Validation report ({r['family']})", "",
+         f"read {c['read']}, **accepted {c['accepted']}**, rejected {c['rejected']}; "
+         f"truncated kept: {r['truncated_kept']}; next-turn prompts: {r['next_turn_prompts']}", "",
+         "| check | samples failing |", "|---|---|"]
+    L += [f"| `{k}` | {v} |" for k, v in r["failed_checks"].items()] or ["| (none) | 0 |"]
+    L += ["", "| must not appear in an output | check | seen in |", "|---|---|---|"]
+    L += [f"| `{m['token']}`" + (f" ({m['id']})" if m["id"] is not None else "") + f" | `{m['reason']}` | "
+          f"{', '.join(m['seen_in'])} |" for m in r.get("forbidden_markers", [])]
+    L += ["", "| finish reason | samples |", "|---|---|"] + [f"| {k} | {v} |" for k, v in r["finish_reasons"].items()]
+    L += ["", "| output length | accepted | rejected |", "|---|---|---|"]
+    for b in r["output_length"]["accepted"]["buckets"]:
+        L.append(f"| {b} | {r['output_length']['accepted']['buckets'][b]} | "
+                 f"{r['output_length']['rejected']['buckets'][b]} |")
+    for check, exs in r["examples"].items():
+        L += ["", f"## `{check}`", ""]
+        for e in exs:
+            L.append(f"- `{e['id']}` at output position {e['pos']}: {e['detail']}")
+            if e.get("window"):
+                w = e["window"]
+                shown = (("▶" if w['start'] + i == w['at'] else "") + repr(t)[1:-1] for i, t in enumerate(w["tokens"]))
+                L.append("  `" + " ".join(shown) + "`")
+    return "\n".join(L) + "\n"
+
+# %% ../nbs/06_validate.ipynb #75093779
+@dataclass
+class ValidateConfig:
+    "Settings of token-boundary validation (`eagle3nb validate`, the main job's `[validate]`)."
+    family: str | None = None  # override the detected family: qwen3, kimi, deepseek-r1, gpt-oss, llama3, chatml
+    drop_truncated: bool = False  # reject length-truncated samples (default: kept, flagged, never given an end of turn)
+    mask_reasoning: bool = False  # leave reasoning out of the loss
+    mask_tool_calls: bool = False  # leave tool calls out of the loss
 
 # %% ../nbs/06_validate.ipynb #cb6c5eeb
 def validate(run, # the run directory (reads generate/ and prompts/, writes validate/)
@@ -663,43 +705,28 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
                 "mask_reasoning": mask_reasoning, "mask_tool_calls": mask_tool_calls},
         counts=v.counts(), timings={"seconds": round(time.time() - t0, 3)})
 
-# %% ../nbs/06_validate.ipynb #9ba0eb1d
-def _hist(xs, edges=(0, 16, 64, 256, 1024, 4096, 16384, 65536)) -> dict:
-    h = {}
-    for lo, hi in zip(edges, edges[1:] + (None,)):
-        h[f"{lo}-{hi - 1}" if hi else f"{lo}+"] = sum(1 for x in xs if x >= lo and (hi is None or x < hi))
-    return {"n": len(xs), "min": min(xs) if xs else None, "max": max(xs) if xs else None, "buckets": h}
-
-# %% ../nbs/06_validate.ipynb #33900a12
-def report_markdown(r:dict) -> str:
-    "The readable summary of a validation report."
-    c = r["counts"]
-    L = [f"# Validation report ({r['family']})", "",
-         f"read {c['read']}, **accepted {c['accepted']}**, rejected {c['rejected']}; "
-         f"truncated kept: {r['truncated_kept']}; next-turn prompts: {r['next_turn_prompts']}", "",
-         "| check | samples failing |", "|---|---|"]
-    L += [f"| `{k}` | {v} |" for k, v in r["failed_checks"].items()] or ["| (none) | 0 |"]
-    L += ["", "| must not appear in an output | check | seen in |", "|---|---|---|"]
-    L += [f"| `{m['token']}`" + (f" ({m['id']})" if m["id"] is not None else "") + f" | `{m['reason']}` | "
-          f"{', '.join(m['seen_in'])} |" for m in r.get("forbidden_markers", [])]
-    L += ["", "| finish reason | samples |", "|---|---|"] + [f"| {k} | {v} |" for k, v in r["finish_reasons"].items()]
-    L += ["", "| output length | accepted | rejected |", "|---|---|---|"]
-    for b in r["output_length"]["accepted"]["buckets"]:
-        L.append(f"| {b} | {r['output_length']['accepted']['buckets'][b]} | "
-                 f"{r['output_length']['rejected']['buckets'][b]} |")
-    for check, exs in r["examples"].items():
-        L += ["", f"## `{check}`", ""]
-        for e in exs:
-            L.append(f"- `{e['id']}` at output position {e['pos']}: {e['detail']}")
-            if e.get("window"):
-                w = e["window"]
-                shown = (("▶" if w['start'] + i == w['at'] else "") + repr(t)[1:-1] for i, t in enumerate(w["tokens"]))
-                L.append("  `" + " ".join(shown) + "`")
-    return "\n".join(L) + "\n"
-
 # %% ../nbs/06_validate.ipynb #c0236216
 SEGMENT_COLORS = {"prompt": "#eeeeee", "reasoning": "#dbe9ff", "answer": "#dff5df", "tool_call": "#ffe9c7",
                   "end": "#f5c6f5", "header": "#e0e0e0", "problem": "#ff4d4d"}
+
+# %% ../nbs/06_validate.ipynb #46cfdaed
+def tokens_html(tok, ids:list, segments:list, problems:list=(), offset:int=0) -> str:
+    "HTML of `ids` coloured by segment (`[kind, start, end)` over `ids`), `problems` (positions from `offset`) boxed."
+    import html
+    kind_at = {}
+    for k, s, e in segments:
+        for t in range(s, e): kind_at[t] = k
+    bad = {offset + p["pos"]: p for p in problems if p.get("pos") is not None}
+    spans = []
+    for t, i in enumerate(ids):
+        k = kind_at.get(t, "answer")
+        text = html.escape(tok.decode([i])).replace("\n", "↵<br>") or "∅"
+        title = f"id {i} · position {t} · {k}" + (f" · {bad[t]['check']}: {bad[t]['detail']}" if t in bad else "")
+        border = f"outline:2px solid {SEGMENT_COLORS['problem']};" if t in bad else ""
+        spans.append(f'<span title="{html.escape(title)}" style="background:{SEGMENT_COLORS.get(k, "#fff")};{border}'
+                     f'border-right:1px solid #fff;font-family:monospace;white-space:pre-wrap">{text}</span>')
+    legend = " ".join(f'<span style="background:{c};padding:0 4px">{k}</span>' for k, c in SEGMENT_COLORS.items())
+    return f'<div style="line-height:1.8">{legend}<br>{"".join(spans)}</div>'
 
 # %% ../nbs/06_validate.ipynb #08bf848e
 def plot_report(run):
@@ -720,25 +747,6 @@ def plot_report(run):
     b.legend()
     fig.tight_layout()
     return fig
-
-# %% ../nbs/06_validate.ipynb #46cfdaed
-def tokens_html(tok, ids:list, segments:list, problems:list=(), offset:int=0) -> str:
-    "HTML of `ids` coloured by segment (`[kind, start, end)` over `ids`), `problems` (positions from `offset`) boxed."
-    import html
-    kind_at = {}
-    for k, s, e in segments:
-        for t in range(s, e): kind_at[t] = k
-    bad = {offset + p["pos"]: p for p in problems if p.get("pos") is not None}
-    spans = []
-    for t, i in enumerate(ids):
-        k = kind_at.get(t, "answer")
-        text = html.escape(tok.decode([i])).replace("\n", "↵<br>") or "∅"
-        title = f"id {i} · position {t} · {k}" + (f" · {bad[t]['check']}: {bad[t]['detail']}" if t in bad else "")
-        border = f"outline:2px solid {SEGMENT_COLORS['problem']};" if t in bad else ""
-        spans.append(f'<span title="{html.escape(title)}" style="background:{SEGMENT_COLORS.get(k, "#fff")};{border}'
-                     f'border-right:1px solid #fff;font-family:monospace;white-space:pre-wrap">{text}</span>')
-    legend = " ".join(f'<span style="background:{c};padding:0 4px">{k}</span>' for k, c in SEGMENT_COLORS.items())
-    return f'<div style="line-height:1.8">{legend}<br>{"".join(spans)}</div>'
 
 # %% ../nbs/06_validate.ipynb #fe40c3d4
 def token_inspector(run, tok=None):

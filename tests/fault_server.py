@@ -90,7 +90,8 @@ class FaultServer:
     def _run(self):
         try: asyncio.run(self._main())
         except BaseException as e:   # surface a start failure to __enter__
-            self._error = e; self._ready.set()
+            self._error = e
+            self._ready.set()
 
     async def _main(self):
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
@@ -106,7 +107,8 @@ class FaultServer:
 
     # --- HTTP --------------------------------------------------------------------------------
     async def _on_conn(self, reader, writer):
-        task = asyncio.current_task(); self._tasks.add(task)
+        task = asyncio.current_task()
+        self._tasks.add(task)
         try: await self._serve(reader, writer)
         except (asyncio.CancelledError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError): pass
         finally:
@@ -120,7 +122,8 @@ class FaultServer:
         headers = {}
         for ln in lines[1:]:
             if ":" in ln:
-                k, v = ln.split(":", 1); headers[k.strip().lower()] = v.strip()
+                k, v = ln.split(":", 1)
+                headers[k.strip().lower()] = v.strip()
         n = int(headers.get("content-length") or 0)
         body = await reader.readexactly(n) if n else b""
         path = target.split("?", 1)[0]
@@ -132,12 +135,14 @@ class FaultServer:
             if dup is None: self.inflight.update(rids)
             else: self.duplicates[dup] += 1
         if dup is not None:   # SGLang's tokenizer manager refuses a rid it is still serving
-            status, payload = 400, {"error": {"message": f"Duplicate request ID {dup!r}: a request with this rid is still running"}}
+            status, payload = 400, {"error": {"message": f"Duplicate request ID {dup!r}: a request with this "
+                                                         "rid is still running"}}
         else:
             try:
                 try: status, payload = self._route(method, path, body)
                 except _Reset:
-                    writer.transport.abort(); return           # no status line, no bytes: the socket just goes
+                    writer.transport.abort()
+                    return                                     # no status line, no bytes: the socket just goes
                 except _Hang as h:
                     await asyncio.sleep(self.hang_s)          # the client gives up first and closes its end
                     status, payload = h.args
@@ -154,10 +159,13 @@ class FaultServer:
     def _route(self, method, path, body):
         if method == "GET" and path in ("/health", "/health_generate"): return 200, {}
         if method == "GET" and path == "/get_server_info":
-            return 200, {"version": self.version, "context_length": None,   # the --context-length argument: usually unset
+            # context_length is the --context-length argument: usually unset
+            return 200, {"version": self.version, "context_length": None,
                          "skip_tokenizer_init": False, "dp_size": 1, "tp_size": 1}
-        if method == "GET" and path == "/v1/models":   # SGLang's OpenAI-compatible model list carries the real context length
-            return 200, {"object": "list", "data": [{"id": "fault/model", "object": "model", "created": 0, "owned_by": "sglang",
+        # SGLang's OpenAI-compatible model list carries the real context length
+        if method == "GET" and path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": "fault/model", "object": "model", "created": 0,
+                                                     "owned_by": "sglang",
                                                      "root": "fault/model", "max_model_len": self.context_length}]}
         if method == "GET" and path == "/get_model_info":
             return 200, {"model_path": "fault/model", "tokenizer_path": "fault/model", "is_generation": True}
@@ -168,13 +176,15 @@ class FaultServer:
     def _generate(self, req:dict):
         ids, rid = req.get("input_ids"), req.get("rid")
         with self._lock:
-            for r in (rid if isinstance(rid, list) else [rid]): self.last_body[base_rid(r) if r is not None else None] = req
+            for r in (rid if isinstance(rid, list) else [rid]):
+                self.last_body[base_rid(r) if r is not None else None] = req
         if ids and isinstance(ids[0], list):   # a batch: body-level behaviours per item, the first HTTP-level one wins
             rids = rid if isinstance(rid, list) else [f"ok-{i}" for i in range(len(ids))]
             sps = req.get("sampling_params")
             sps = sps if isinstance(sps, list) else [sps] * len(ids)
             plans = [self._plan(r, p, s) for r, p, s in zip(rids, ids, sps)]
-            http = next((pl for pl in plans if isinstance(pl, Exception) or pl[0] != 200 or isinstance(pl[1], bytes)), None)
+            http = next((pl for pl in plans if isinstance(pl, Exception) or pl[0] != 200 or isinstance(pl[1], bytes)),
+                        None)
             if http is not None:
                 if isinstance(http, Exception): raise http
                 return http
@@ -187,28 +197,33 @@ class FaultServer:
         "(status, payload) or an exception (`_Reset`, `_Hang`) for one request of `rid`."
         b, base = behaviour_of(rid), base_rid(rid)
         with self._lock:
-            self.hits[base] += 1; nth = self.hits[base]
+            self.hits[base] += 1
+            nth = self.hits[base]
             self.rids.setdefault(base, []).append(str(rid))
             self.requests.append((base, nth, b, time.monotonic()))
         ctx, n_in = self.context_length, len(prompt_ids)
         mnt = (sp or {}).get("max_new_tokens")
         if n_in >= ctx:   # tokenizer_manager._validate_one_request, message verbatim
-            return 400, {"error": {"message": f"The input ({n_in} tokens) is longer than the model's context length ({ctx} tokens)."}}
+            return 400, {"error": {"message": f"The input ({n_in} tokens) is longer than the model's context "
+                                              f"length ({ctx} tokens)."}}
         if mnt is not None and mnt + n_in >= ctx:
-            return 400, {"error": {"message": f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
-                                              f"You requested a total of {mnt + n_in} tokens: {n_in} tokens from the input messages "
-                                              f"and {mnt} tokens for the completion. Please reduce the number of tokens in the input "
-                                              "messages or the completion to fit within the limit."}}
+            return 400, {"error": {"message": f"Requested token count exceeds the model's maximum context "
+                                              f"length of {ctx} tokens. You requested a total of {mnt + n_in} "
+                                              f"tokens: {n_in} tokens from the input messages and {mnt} tokens "
+                                              "for the completion. Please reduce the number of tokens in the "
+                                              "input messages or the completion to fit within the limit."}}
         ok = self._answer(rid, prompt_ids, OK_IDS, {"type": "stop", "matched": EOS})
         if b == "ok": return 200, ok
         if b == "e500x2": return (500, sglang_error(500, "injected internal error")) if nth <= 2 else (200, ok)
-        if b == "e429x1": return (429, sglang_error(429, "too many requests", "RateLimitError")) if nth <= 1 else (200, ok)
+        if b == "e429x1":
+            return (429, sglang_error(429, "too many requests", "RateLimitError")) if nth <= 1 else (200, ok)
         if b == "e503always": return 503, sglang_error(503, "server is overloaded", "ServiceUnavailableError")
         if b == "reset1": return _Reset() if nth <= 1 else (200, ok)
         if b == "hang1": return _Hang(200, ok) if nth <= 1 else (200, ok)
         if b == "badjson": return 200, TRUNCATED
         if b == "abort":
-            return 200, self._answer(rid, prompt_ids, [], {"type": "abort", "message": "out of memory"}, completion_tokens=0)
+            return 200, self._answer(rid, prompt_ids, [], {"type": "abort", "message": "out of memory"},
+                                     completion_tokens=0)
         if b == "leak":   # SGLang 0.5.0-0.5.4: output_ids start with the prompt's last min(5, len) ids, not counted
             tail = list(prompt_ids[-min(LEAK_N, len(prompt_ids)):])
             return 200, self._answer(rid, prompt_ids, tail + OK_IDS, {"type": "stop", "matched": EOS},
@@ -223,7 +238,8 @@ class FaultServer:
         if b == "nan":   # schedule_batch.py: a sampled id outside the vocabulary is overwritten with an EOS id
             return 200, self._answer(rid, prompt_ids, OK_IDS, {"type": "stop", "matched": NAN_MSG})
         if b == "autotrunc":   # --allow-auto-truncate: the prompt's tail was cut, prompt_tokens counts what was kept
-            return 200, self._answer(rid, prompt_ids, OK_IDS, {"type": "stop", "matched": EOS}, prompt_tokens=max(1, n_in - 3))
+            return 200, self._answer(rid, prompt_ids, OK_IDS, {"type": "stop", "matched": EOS},
+                                     prompt_tokens=max(1, n_in - 3))
         if b == "eosatlen":   # check_finished tests the length limit before EOS: the end id as the last allowed token
             return 200, self._answer(rid, prompt_ids, OK_IDS, {"type": "length", "length": len(OK_IDS)})
         if b == "e400": return 400, {"error": {"message": LONG_PROMPT_MSG}}

@@ -1,17 +1,20 @@
-"A drafter that really accepts, trained in seconds by eagle3nb's own stages on a target's greedy outputs (records → capture → train)."
+("A drafter that really accepts, trained in seconds by eagle3nb's own stages on a target's greedy outputs "
+ "(records → capture → train).")
 import tempfile
 from pathlib import Path
 import torch
 from eagle3nb.capture import capture
 from eagle3nb.core import JsonlWriter
 from eagle3nb.drafter import load_drafter
-from eagle3nb.engines import LocalEngine, Sampling
+from eagle3nb.local import LocalEngine
+from eagle3nb.protocol import Sampling
 from eagle3nb.train import train
 
 TEXTS = ["Hello there, how are you", "The capital of France is", "1 2 3 4 5 6", "Once upon a time",
          "Write a poem about the sea", "def main():", "Tell me a joke", "What is 2+2?"]
 
-def fit_drafter(target:str, texts=TEXTS, max_new_tokens:int=48, steps:int=80, ttt_steps:int=3, lr:float=3e-3, seed:int=0,
+def fit_drafter(target:str, texts=TEXTS, max_new_tokens:int=48, steps:int=80, ttt_steps:int=3, lr:float=3e-3,
+                seed:int=0,
                 draft_vocab_size:int=1024):
     "Return `(drafter, engine, prompts, greedy_outputs)`: a drafter trained with TTT on `texts`' greedy continuations."
     eng = LocalEngine(target)
@@ -21,8 +24,10 @@ def fit_drafter(target:str, texts=TEXTS, max_new_tokens:int=48, steps:int=80, tt
     run = Path(tempfile.mkdtemp(prefix="quick-drafter-"))
     (run/"validate").mkdir()
     with JsonlWriter(run/"validate/records.jsonl") as w:
-        for i, (p, o) in enumerate(zip(prompts, outs)): w.write({"id": f"q{i}", "input_ids": p + o, "loss_mask": [0] * len(p) + [1] * len(o)})
+        for i, (p, o) in enumerate(zip(prompts, outs)): w.write({"id": f"q{i}", "input_ids": p + o,
+                                                                 "loss_mask": [0] * len(p) + [1] * len(o)})
     capture(run, target, dtype="float32", progress=False)
-    train(run, ttt_steps=ttt_steps, max_steps=steps, lr=lr, warmup_steps=5, heldout=0.0, batch_tokens=1 << 16, seed=seed,
+    train(run, ttt_steps=ttt_steps, max_steps=steps, lr=lr, warmup_steps=5, heldout=0.0, batch_tokens=1 << 16,
+          seed=seed,
           draft_vocab_size=min(draft_vocab_size, eng.vocab_size), log_every=steps, ckpt_every=steps, progress=False)
     return load_drafter(run/"train/drafter"), eng, prompts, outs

@@ -48,11 +48,13 @@ def test_budget_skip_and_batched_equals_one_by_one(tmp_path):
     for r in recs:
         if r["id"] in long_ids: continue
         aux, final, _ = forward_states(model, [r["input_ids"]], [2, 4, 5])
-        assert torch.allclose(got[r["id"]]["aux"], aux[0], atol=1e-5) and torch.allclose(got[r["id"]]["final"], final[0], atol=1e-5)
+        assert (torch.allclose(got[r["id"]]["aux"], aux[0], atol=1e-5)
+                and torch.allclose(got[r["id"]]["final"], final[0], atol=1e-5))
         assert got[r["id"]]["input_ids"].tolist() == r["input_ids"]
 
 def test_kill_9_mid_capture_then_resume(tmp_path):
-    _records(tmp_path/"ref", 60); _records(tmp_path/"run", 60)
+    _records(tmp_path/"ref", 60)
+    _records(tmp_path/"run", 60)
     ref = capture(tmp_path/"ref", "tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
     args = [str(BIN/"eagle3nb"), "capture", "--run", str(tmp_path/"run"), "--target", "tiny-llama",
             "--shard_tokens", "64", "--batch_tokens", "64"]
@@ -60,7 +62,8 @@ def test_kill_9_mid_capture_then_resume(tmp_path):
     shards = tmp_path/"run/capture/shards"
     t0 = time.time()
     while len(list(shards.glob("*.safetensors"))) < 3 and time.time() - t0 < 120: time.sleep(0.01)
-    p.send_signal(signal.SIGKILL); p.wait()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
     n_before = len(list(shards.glob("*.safetensors")))
     assert 3 <= n_before < ref["counts"]["shards"], "killed too late to test resume"
     assert not (tmp_path/"run/capture/index.jsonl").exists()
@@ -74,10 +77,12 @@ def test_kill_9_mid_capture_then_resume(tmp_path):
     assert all(torch.equal(got[k][n], want[k][n]) for k in want for n in want[k])
 
 def test_torchrun_two_gloo_processes_equal_one(tmp_path):
-    _records(tmp_path/"one", 30); _records(tmp_path/"two", 30)
+    _records(tmp_path/"one", 30)
+    _records(tmp_path/"two", 30)
     capture(tmp_path/"one", "tiny-llama", shard_tokens=128, progress=False)
     r = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-             str(BIN/"eagle3nb"), "--", "capture", "--run", str(tmp_path/"two"), "--target", "tiny-llama", "--shard_tokens", "128"],
+             str(BIN/"eagle3nb"), "--", "capture", "--run", str(tmp_path/"two"), "--target", "tiny-llama",
+             "--shard_tokens", "128"],
             env={"OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     m = read_manifest(tmp_path/"two/capture")
@@ -90,21 +95,25 @@ def test_torchrun_two_gloo_processes_equal_one(tmp_path):
         for n in one[k]: assert torch.allclose(one[k][n].float(), two[k][n].float(), atol=2e-2), (k, n)
 
 def test_rerun_after_kill_with_other_layers_is_refused(tmp_path):
-    "A kill -9 leaves shards and no manifest; a rerun asking for other layers (or dtypes) must not add shards of another configuration."
+    ("A kill -9 leaves shards and no manifest; a rerun asking for other layers (or dtypes) must not add shards of "
+     "another configuration.")
     _records(tmp_path/"run", 12)
     capture(tmp_path/"run", "tiny-llama", shard_tokens=64, progress=False)
     cap = tmp_path/"run/capture"
-    (cap/"manifest.json").unlink(); (cap/"index.jsonl").unlink()            # what a kill before the end leaves
+    (cap/"manifest.json").unlink()
+    (cap/"index.jsonl").unlink()                                            # what a kill before the end leaves
     shards = sorted(p.name for p in (cap/"shards").iterdir())
     cfg = json.loads((cap/"config.json").read_text())
     assert cfg["aux_layers_hf"] == [2, 4, 5] and cfg["dtype"] == "bfloat16" and cfg["model_dtype"] == "float32"
     assert cfg["target"] == str(target_dir("tiny-llama")) and len(cfg["target_config_sha256"]) == 16
     with pytest.raises(InputError) as e:
         capture(tmp_path/"run", "tiny-llama", aux_layers=[1, 3, 5], shard_tokens=64, progress=False)
-    assert "aux_layers_hf=[2, 4, 5]" in str(e.value) and "aux_layers_hf=[1, 3, 5]" in str(e.value) and "--fresh" in str(e.value)
+    assert ("aux_layers_hf=[2, 4, 5]" in str(e.value) and "aux_layers_hf=[1, 3, 5]" in str(e.value)
+            and "--fresh" in str(e.value))
     with pytest.raises(InputError, match="dtype='bfloat16'.*dtype='float16'"):
         capture(tmp_path/"run", "tiny-llama", dtype="float16", progress=False)
-    r = run([str(BIN/"eagle3nb"), "capture", "--run", str(tmp_path/"run"), "--target", "tiny-llama", "--layers", "1,3,5"])
+    r = run([str(BIN/"eagle3nb"), "capture", "--run", str(tmp_path/"run"), "--target", "tiny-llama",
+             "--aux_layers", "1,3,5"])
     assert r.returncode == 2 and "--fresh" in r.stderr, r.stderr
     assert sorted(p.name for p in (cap/"shards").iterdir()) == shards                 # nothing added
     m = capture(tmp_path/"run", "tiny-llama", aux_layers=[1, 3, 5], shard_tokens=64, fresh=True, progress=False)
@@ -132,7 +141,8 @@ def test_float16_overflow_is_checked_after_the_cast(tmp_path):
     big = _poisoned(tmp_path, 1e6)
     for run_dir, dtype in (("f32", "float32"), ("f16", "float16")):
         _records(tmp_path/run_dir, 4)
-        with JsonlWriter(tmp_path/run_dir/"validate/records.jsonl") as w: w.write({"id": "big", "input_ids": [1, 5, 777, 9], "loss_mask": [0, 1, 1, 1]})
+        with JsonlWriter(tmp_path/run_dir/"validate/records.jsonl") as w:
+            w.write({"id": "big", "input_ids": [1, 5, 777, 9], "loss_mask": [0, 1, 1, 1]})
     m32 = capture(tmp_path/"f32", big, dtype="float32", progress=False)
     assert (m32["counts"]["captured"], m32["counts"]["quarantined"]) == (5, 0)          # finite in float32
     assert CaptureReader(tmp_path/"f32/capture")["big"]["aux"].abs().max() > 65504
@@ -147,7 +157,8 @@ def test_resume_under_another_world_size_reads_every_ranks_files(tmp_path):
     "Records settled by rank 1 of a 2-process run (here: a quarantined one) are not redone by a 1-process resume."
     poisoned = _poisoned(tmp_path, float("nan"))
     _records(tmp_path/"run", 6)
-    with JsonlWriter(tmp_path/"run/validate/records.jsonl") as w: w.write({"id": "bad", "input_ids": [1, 5, 777, 9], "loss_mask": [0, 1, 1, 1]})
+    with JsonlWriter(tmp_path/"run/validate/records.jsonl") as w: w.write({"id": "bad", "input_ids": [1, 5, 777, 9],
+                                                                           "loss_mask": [0, 1, 1, 1]})
     capture(tmp_path/"run", poisoned, progress=False)
     cap = tmp_path/"run/capture"
     (cap/"quarantine-r0.jsonl").rename(cap/"quarantine-r1.jsonl")   # as rank 1 of a 2-process run would have left it
@@ -156,17 +167,20 @@ def test_resume_under_another_world_size_reads_every_ranks_files(tmp_path):
     assert m["counts"]["this_run_tokens_rank0"] == 0 and read_jsonl(cap/"quarantine-r0.jsonl") == []
 
 def _specforge_data_module():
-    "SpecForge's `algorithms/eagle3/data.py`, loaded from the installed package without importing its top level (GPU stacks)."
+    ("SpecForge's `algorithms/eagle3/data.py`, loaded from the installed package without importing its "
+     "top level (GPU stacks).")
     import importlib.util
     spec = importlib.util.find_spec("specforge")
     assert spec is not None, "specforge==0.2.0 is not installed: run `bash scripts/setup.sh` (it installs it --no-deps)"
     path = Path(spec.submodule_search_locations[0])/"algorithms"/"eagle3"/"data.py"
     mod_spec = importlib.util.spec_from_file_location("specforge_eagle3_data", path)
-    mod = importlib.util.module_from_spec(mod_spec); mod_spec.loader.exec_module(mod)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
     return mod
 
 def test_specforge_offline_files_load_in_specforge(tmp_path):
-    "SpecForge's own normalize_offline_sample on our files: shapes as it expects, and the loss mask survives (only its last slot zeroed)."
+    ("SpecForge's own normalize_offline_sample on our files: shapes as it expects, and the loss mask survives (only "
+     "its last slot zeroed).")
     from eagle3nb.capture import export_specforge
     data = _specforge_data_module()
     recs = _records(tmp_path/"run", 5)
@@ -181,5 +195,5 @@ def test_specforge_offline_files_load_in_specforge(tmp_path):
         assert tuple(out["input_ids"].shape) == (1, L) and tuple(out["loss_mask"].shape) == (1, L)
         assert tuple(out["hidden_state"].shape) == (1, L, 3 * 64) and tuple(out["target"].shape) == (1, L, 64)
         assert out["input_ids"][0].tolist() == rec["input_ids"]
-        assert out["loss_mask"][0].tolist() == rec["loss_mask"][:-1] + [0]          # SpecForge zeroes the last slot only
+        assert out["loss_mask"][0].tolist() == rec["loss_mask"][:-1] + [0]         # SpecForge zeroes the last slot only
         assert int(out["loss_mask"].sum()) == sum(rec["loss_mask"]) - 1 > 0

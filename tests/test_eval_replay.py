@@ -2,8 +2,9 @@
 import pytest
 import torch
 from quick_drafter import fit_drafter
-from eagle3nb.engines import _eos_ids
-from eagle3nb.evaluate import SpecStats, chain_drafts, greedy_tail, replay_eagle3, replay_ngram, run_prompts, spec_decode
+from eagle3nb.models import eos_ids
+from eagle3nb.evaluate import (SpecStats, chain_drafts, greedy_tail, replay_eagle3, replay_ngram, run_prompts,
+                               spec_decode)
 
 NEW = ["Another new prompt here", "Why is the sky blue", "Count: 1 1 2 3 5 8", "a b a b a b"]
 COUNTERS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos", "target_forwards", "output_tokens")
@@ -17,11 +18,12 @@ def fitted():
 def counters(st:SpecStats) -> tuple: return tuple(getattr(st, n) for n in COUNTERS)
 
 def test_replay_equals_the_loop(fitted):
-    "Replayed counters = the real loop's, at several K, with EOS and max-token truncation (drafts verified past the end)."
+    ("Replayed counters = the real loop's, at several K, with EOS and max-token truncation (drafts "
+     "verified past the end).")
     d, eng, prompts = fitted
-    model, eos = eng.model, _eos_ids(eng.target.path, eng.target.tokenizer)
+    model, eos = eng.model, eos_ids(eng.target.path, eng.target.tokenizer)
     base = [spec_decode(model, p, 40, eos, method=None)[0] for p in prompts]
-    fake_eos = [base[0][17]]          # a token the first output emits mid-way: truncation at "EOS" inside accepted drafts
+    fake_eos = [base[0][17]]        # a token the first output emits mid-way: truncation at "EOS" inside accepted drafts
     for stop in (eos, fake_eos):
         outs = [spec_decode(model, p, 40, stop, method=None)[0] for p in prompts]
         assert min(map(len, outs)) < 40 if stop is fake_eos else True
@@ -48,7 +50,8 @@ def test_replay_equals_the_loop(fitted):
             assert counters(rep) == counters(loop), (k, counters(rep), counters(loop))
 
 def test_replay_needs_the_tail(fitted):
-    "Without the greedy tokens past the end, drafts verified past EOS / max tokens go uncounted: the tail is what makes it exact."
+    ("Without the greedy tokens past the end, drafts verified past EOS / max tokens go uncounted: the tail is "
+     "what makes it exact.")
     d, eng, prompts = fitted
     model = eng.model
     short = 0

@@ -28,21 +28,28 @@ STACKED = [(".qkv_proj", ".q_proj", "q"), (".qkv_proj", ".k_proj", "k"), (".qkv_
 
 def sglang_params(cfg:dict) -> dict:
     "Parameter name -> shape of SGLang's LlamaForCausalLMEagle3 built from `cfg` (as its __init__ does)."
-    H, I, d = cfg["hidden_size"], cfg["intermediate_size"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    nh, nkv, Ht = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg.get("target_hidden_size", cfg["hidden_size"])
+    H, I, d = (cfg["hidden_size"], cfg["intermediate_size"],
+               cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    nh, nkv, Ht = (cfg["num_attention_heads"], cfg["num_key_value_heads"],
+                   cfg.get("target_hidden_size", cfg["hidden_size"]))
     p = {"model.embed_tokens.weight": (cfg["vocab_size"], H), "model.fc.weight": (H, 3 * Ht),
          "model.midlayer.input_layernorm.weight": (H,), "model.midlayer.hidden_norm.weight": (H,),
          "model.midlayer.post_attention_layernorm.weight": (H,),
-         "model.midlayer.self_attn.qkv_proj.weight": ((nh + 2 * nkv) * d, 2 * H), "model.midlayer.self_attn.o_proj.weight": (H, nh * d),
-         "model.midlayer.mlp.gate_up_proj.weight": (2 * I, H), "model.midlayer.mlp.down_proj.weight": (H, I), "model.norm.weight": (H,)}
-    if not cfg.get("tie_word_embeddings", False): p["lm_head.weight"] = (cfg["draft_vocab_size"] or cfg["vocab_size"], H)
+         "model.midlayer.self_attn.qkv_proj.weight": ((nh + 2 * nkv) * d, 2 * H),
+         "model.midlayer.self_attn.o_proj.weight": (H, nh * d),
+         "model.midlayer.mlp.gate_up_proj.weight": (2 * I, H), "model.midlayer.mlp.down_proj.weight": (H, I),
+         "model.norm.weight": (H,)}
+    if not cfg.get("tie_word_embeddings", False):
+        p["lm_head.weight"] = (cfg["draft_vocab_size"] or cfg["vocab_size"], H)
     return p
 
 def sglang_load(cfg:dict, tensors:dict) -> tuple:
     "Replay SGLang's load_weights: return `(filled {param: [(shard, shape)]}, hot_token_id, dropped names)`."
     params, filled, hot, dropped = sglang_params(cfg), {}, None, []
     for name, w in tensors.items():
-        if "d2t" in name: hot = w + torch.arange(w.shape[0]); continue
+        if "d2t" in name:
+            hot = w + torch.arange(w.shape[0])
+            continue
         if "t2d" in name: continue
         for param_name, weight_name, shard in STACKED:
             if weight_name not in name: continue
@@ -69,19 +76,26 @@ def test_sglang_names_and_shapes(drafter, tmp_path):
     out = export_sglang(drafter, tmp_path)
     cfg, t = json.loads((out/"config.json").read_text()), load_file(str(out/"model.safetensors"))
     c = drafter.config
-    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["model_type"] == "llama" and cfg["num_hidden_layers"] == 1
+    assert (cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["model_type"] == "llama"
+            and cfg["num_hidden_layers"] == 1)
     assert cfg["tie_word_embeddings"] is False   # else SGLang makes lm_head the embeddings and ignores ours
-    assert (cfg["vocab_size"], cfg["draft_vocab_size"], cfg["target_hidden_size"]) == (c.vocab_size, c.draft_vocab_size, c.target_hidden_size)
-    assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in c.aux_layers_hf], "use_aux_hidden_state": True}
-    assert {k: cfg[k] for k in ("norm_before_residual", "norm_output", "fc_norm")} == dict(norm_before_residual=False, norm_output=False, fc_norm=False)
+    assert (cfg["vocab_size"], cfg["draft_vocab_size"],
+            cfg["target_hidden_size"]) == (c.vocab_size, c.draft_vocab_size, c.target_hidden_size)
+    assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in c.aux_layers_hf],
+                                   "use_aux_hidden_state": True}
+    assert ({k: cfg[k] for k in ("norm_before_residual", "norm_output", "fc_norm")}
+            == dict(norm_before_residual=False, norm_output=False, fc_norm=False))
     assert "embed_tokens.weight" not in t
     params, filled, hot, dropped = sglang_load(cfg, t)
     assert dropped == [], f"SGLang would silently drop {dropped}"
     assert set(params) - set(filled) == {"model.embed_tokens.weight"}   # every other parameter comes from our file
     H, d, nh, nkv = c.hidden_size, c.head_dim, c.num_attention_heads, c.num_key_value_heads
-    assert sorted(filled["model.midlayer.self_attn.qkv_proj.weight"], key=str) == [("k", (nkv * d, 2 * H)), ("q", (nh * d, 2 * H)), ("v", (nkv * d, 2 * H))]
-    assert sum(s[0] for _, s in filled["model.midlayer.self_attn.qkv_proj.weight"]) == params["model.midlayer.self_attn.qkv_proj.weight"][0]
-    assert sum(s[0] for _, s in filled["model.midlayer.mlp.gate_up_proj.weight"]) == params["model.midlayer.mlp.gate_up_proj.weight"][0]
+    assert (sorted(filled["model.midlayer.self_attn.qkv_proj.weight"], key=str)
+            == [("k", (nkv * d, 2 * H)), ("q", (nh * d, 2 * H)), ("v", (nkv * d, 2 * H))])
+    assert (sum(s[0] for _, s in filled["model.midlayer.self_attn.qkv_proj.weight"])
+            == params["model.midlayer.self_attn.qkv_proj.weight"][0])
+    assert (sum(s[0] for _, s in filled["model.midlayer.mlp.gate_up_proj.weight"])
+            == params["model.midlayer.mlp.gate_up_proj.weight"][0])
     for n, shards in filled.items():
         if shards[0][0] is None: assert shards == [(None, params[n])], n
     assert torch.equal(hot, drafter.to_target_ids(torch.arange(c.draft_vocab_size)))   # d2t read as SGLang reads it

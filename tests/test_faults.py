@@ -9,7 +9,8 @@ import asyncio, json, time
 import pytest
 from fault_server import FaultServer, BEHAVIOURS, LONG_PROMPT_MSG, OK_IDS, EOS
 from eagle3nb.core import JsonlWriter, read_jsonl
-from eagle3nb.engines import SGLangEngine, Sampling, Generation, PermanentError, TransientError
+from eagle3nb.engines import SGLangEngine
+from eagle3nb.protocol import Generation, PermanentError, Sampling, TransientError
 from eagle3nb.generate import generate_async
 
 MAX_RETRIES = 3
@@ -21,12 +22,14 @@ LONG = list(range(1, 101))                # 100 tokens > CTX - 1
 EXPECT = {"ok": (True, 1, 1), "e500x2": (True, 3, 3), "e429x1": (True, 2, 2), "reset1": (True, 2, 2),
           "hang1": (True, 2, 2), "leak": (True, 1, 1), "eosatlen": (True, 1, 1),
           "e503always": (False, None, MAX_RETRIES + 1), "badjson": (False, None, 1), "abort": (False, None, 1),
-          "leakbad": (False, None, 1), "leak2": (False, None, 1), "e400": (False, None, 1), "matchbad": (False, None, 1),
+          "leakbad": (False, None, 1), "leak2": (False, None, 1), "e400": (False, None, 1),
+          "matchbad": (False, None, 1),
           "nan": (False, None, 1), "autotrunc": (False, None, 1)}
 assert set(EXPECT) == set(BEHAVIOURS)
 
 # failed behaviour -> (reason, exactly; transient; status)
-FAIL = {"e503always": (f"gave up after {MAX_RETRIES + 1} attempts: HTTP 503 from /generate: server is overloaded", True, 503),
+FAIL = {"e503always": (f"gave up after {MAX_RETRIES + 1} attempts: HTTP 503 from /generate: server is overloaded",
+                       True, 503),
         "badjson": ('malformed JSON from /generate: {"text": "x", "output_ids": [1, 2', False, 200),
         "abort": ("aborted by the server: out of memory", False, None),
         "leakbad": ("len(output_ids)=9 != completion_tokens=4, and the 5 extra ids are not SGLang 0.5.0–0.5.4's leak "
@@ -35,8 +38,8 @@ FAIL = {"e503always": (f"gave up after {MAX_RETRIES + 1} attempts: HTTP 503 from
                   "(exactly the prompt's last 5 ids)", False, None),
         "nan": ("finish_reason stop matched 'NaN happened', not a token id: the server ended the sample itself "
                 "(SGLang's 'NaN happened': a sampled id outside the vocabulary, replaced by an EOS id)", False, None),
-        "autotrunc": ("meta_info.prompt_tokens=6 != len(prompt_ids)=9: the server did not generate from the prompt sent "
-                      "(SGLang --allow-auto-truncate cuts long prompts)", False, None),
+        "autotrunc": ("meta_info.prompt_tokens=6 != len(prompt_ids)=9: the server did not generate from the prompt "
+                      "sent (SGLang --allow-auto-truncate cuts long prompts)", False, None),
         "e400": (f"HTTP 400 from /generate: {LONG_PROMPT_MSG}", False, 400),
         "matchbad": ("finish matched token 2 but the last output id is 7", False, None)}
 
@@ -52,7 +55,8 @@ def run_generate(run, url, sampling=None, engine_kw=None, **kw):
     "One `generate_async` on a fresh engine (an httpx client belongs to one event loop); returns (manifest, seconds)."
     async def go():
         e = engine(url, **(engine_kw or {}))
-        try: return await generate_async(run, [e], sampling or Sampling(max_new_tokens=4), concurrency=4, progress=False, **kw)
+        try: return await generate_async(run, [e], sampling or Sampling(max_new_tokens=4),
+                                         concurrency=4, progress=False, **kw)
         finally: await e.aclose()
     t0 = time.time()
     m = asyncio.run(go())
@@ -73,25 +77,30 @@ def test_generate_faults_retries_and_accounting(tmp_path):
         for rid in ("hang1-0", "hang1-1"):   # the client timed out (1 s) and retried while the server still slept
             t = [a for r, n, b, a in srv.requests if r == rid]
             assert len(t) == 2 and 0.9 < t[1] - t[0] < srv.hang_s, (rid, t)
-            assert srv.rids[rid] == [rid, rid + "~a2"]   # a fresh rid: the first attempt was still running on the server
+            assert srv.rids[rid] == [rid, rid + "~a2"]  # a fresh rid: the first attempt was still running on the server
         assert srv.rids["e500x2-0"] == ["e500x2-0", "e500x2-0~a2", "e500x2-0~a3"]
         assert not srv.duplicates
         c = m["counts"]
         assert (c["items"], c["success"], c["failed"], c["skipped"]) == (33, 14, 18, 1)
         assert c["success"] + c["failed"] + c["skipped"] == c["items"]
         assert c["this_run"] == {"tokens": 14 * 4, "new_ok": 14, "new_failed": 18, "new_skipped": 1}
-        assert m["config"]["max_prompt_tokens"] == CTX - 2      # room for one new token: SGLang needs prompt + new < context
+        # room for one new token: SGLang needs prompt + new < context
+        assert m["config"]["max_prompt_tokens"] == CTX - 2
         # the context length comes from /v1/models: /get_server_info's context_length is null, as on a real server
-        assert m["config"]["engines"][0]["version"] == "0.5.3-fault" and m["config"]["engines"][0]["context_length"] == CTX
+        assert (m["config"]["engines"][0]["version"] == "0.5.3-fault"
+                and m["config"]["engines"][0]["context_length"] == CTX)
         assert m["summary"]["repaired"] == 2 and m["summary"]["finish"] == {"stop": 12, "length": 2}
 
         assert dict(srv.hits) == {i: EXPECT[i.rsplit("-", 1)[0]][2] for i in ids}   # long-0 never sent
-        assert srv.paths["GET /health_generate"] == srv.paths["GET /get_server_info"] == srv.paths["GET /get_model_info"] == 1
+        assert (srv.paths["GET /health_generate"] == srv.paths["GET /get_server_info"]
+                == srv.paths["GET /get_model_info"] == 1)
         body = srv.last_body["ok-0"]
         assert body["input_ids"] == PROMPT and body["stream"] is False and body["rid"] == "ok-0"
         assert body["sampling_params"]["max_new_tokens"] == 4 and body["sampling_params"]["no_stop_trim"] is True
-        assert {k: body["sampling_params"][k] for k in ("repetition_penalty", "frequency_penalty", "presence_penalty")} == {
-            "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}   # sent, never left to the server
+        # sent, never left to the server
+        assert {k: body["sampling_params"][k] for k in ("repetition_penalty",
+                                                        "frequency_penalty", "presence_penalty")} == {
+            "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
 
         oks, fails, skips = by_id(gen/"generations.jsonl"), by_id(gen/"failed.jsonl"), by_id(gen/"skipped.jsonl")
         assert set(oks) == ok_ids and set(fails) == fail_ids and set(skips) == {"long-0"}
@@ -100,7 +109,8 @@ def test_generate_faults_retries_and_accounting(tmp_path):
             b = i.rsplit("-", 1)[0]
             want_finish = {"type": "length", "length": 4} if b == "eosatlen" else {"type": "stop", "matched": 2}
             assert r["output_ids"] == OK_IDS and r["finish_reason"] == want_finish, i
-            assert r["prompt_ids"] == PROMPT and r["usage"] == {"prompt_tokens": 9, "completion_tokens": 4, "cached_tokens": 0}, i
+            assert (r["prompt_ids"] == PROMPT
+                    and r["usage"] == {"prompt_tokens": 9, "completion_tokens": 4, "cached_tokens": 0}), i
             assert r["meta"]["attempts"] == EXPECT[b][1], (i, r["meta"])
             assert r["meta"].get("repaired_prompt_prefix") == (5 if b == "leak" else None), (i, r["meta"])
             assert r["meta"]["rid"] == (i if EXPECT[b][1] == 1 else f"{i}~a{EXPECT[b][1]}"), (i, r["meta"])
@@ -129,7 +139,8 @@ def test_generate_faults_retries_and_accounting(tmp_path):
         assert (c3["items"], c3["success"], c3["failed"], c3["skipped"]) == (33, 14, 18, 1)
         retried = {i: srv.hits[i] - first_hits.get(i, 0) for i in set(srv.hits) | set(first_hits)}
         assert {i for i, d in retried.items() if d} == fail_ids
-        assert retried == {i: (MAX_RETRIES + 1 if i.startswith("e503always") else 1) if i in fail_ids else 0 for i in ids}
+        assert retried == {i: (MAX_RETRIES + 1 if i.startswith("e503always") else 1) if i in fail_ids else 0
+                           for i in ids}
         assert len(read_jsonl(gen/"failed.jsonl")) == 18          # replaced, not appended
         assert by_id(gen/"failed.jsonl") == first_fails
         assert (gen/"generations.jsonl").read_bytes() == files[gen/"generations.jsonl"]
@@ -141,15 +152,19 @@ def test_engine_generate_direct():
         try:
             info = await e.start()
             g = await e.generate(PROMPT, Sampling(max_new_tokens=4), rid="e500x2-0")
-            with pytest.raises(PermanentError) as e400: await e.generate(PROMPT, Sampling(max_new_tokens=4), rid="e400-0")
-            with pytest.raises(TransientError) as e503: await e.generate(PROMPT, Sampling(max_new_tokens=4), rid="e503always-0")
+            with pytest.raises(PermanentError) as e400:
+                await e.generate(PROMPT, Sampling(max_new_tokens=4), rid="e400-0")
+            with pytest.raises(TransientError) as e503:
+                await e.generate(PROMPT, Sampling(max_new_tokens=4), rid="e503always-0")
             batch = await e.generate_many([PROMPT] * 3, Sampling(max_new_tokens=4), rids=["ok-9", "abort-9", "leak-9"])
             return info, g, e400.value, e503.value, batch
         finally: await e.aclose()
     with FaultServer() as srv:
         info, g, e400, e503, batch = asyncio.run(go(srv.url))
-        assert info == {"kind": "sglang", "url": srv.url, "version": "0.5.3-fault", "model": "fault/model", "context_length": 4096}
-        assert isinstance(g, Generation) and g.output_ids == OK_IDS and g.finish_reason == {"type": "stop", "matched": 2}
+        assert info == {"kind": "sglang", "url": srv.url, "version": "0.5.3-fault",
+                        "model": "fault/model", "context_length": 4096}
+        assert (isinstance(g, Generation) and g.output_ids == OK_IDS
+                and g.finish_reason == {"type": "stop", "matched": 2})
         assert g.meta["attempts"] == 3 and g.usage["completion_tokens"] == 4
         assert (e400.status, e400.transient) == (400, False) and LONG_PROMPT_MSG in e400.message
         assert (e503.status, e503.transient) == (503, True) and e503.message.startswith("gave up after 3 attempts")
@@ -192,18 +207,21 @@ def test_max_new_tokens_clamped_to_the_context(tmp_path):
     with FaultServer(context_length=CTX) as srv:
         m, _ = run_generate(run, srv.url)
         c = m["counts"]
-        assert (c["items"], c["success"], c["failed"], c["skipped"]) == (4, 3, 0, 1), by_id(run/"generate"/"failed.jsonl")
+        assert (c["items"], c["success"],
+                c["failed"], c["skipped"]) == (4, 3, 0, 1), by_id(run/"generate"/"failed.jsonl")
         oks = by_id(run/"generate"/"generations.jsonl")
         assert srv.last_body["ok-near"]["sampling_params"]["max_new_tokens"] == 3           # 60 + 3 < 64
         assert oks["ok-near"]["sampling"]["max_new_tokens"] == 3
         assert oks["ok-near"]["meta"]["max_new_tokens_clamped"] == {"asked": 4, "sent": 3, "context_length": CTX}
         assert oks["ok-edge"]["meta"]["max_new_tokens_clamped"]["sent"] == 1
-        assert "max_new_tokens_clamped" not in oks["ok-fits"]["meta"] and oks["ok-fits"]["sampling"]["max_new_tokens"] == 4
+        assert ("max_new_tokens_clamped" not in oks["ok-fits"]["meta"]
+                and oks["ok-fits"]["sampling"]["max_new_tokens"] == 4)
         assert m["summary"]["clamped"] == 2
         assert "63 tokens" in by_id(run/"generate"/"skipped.jsonl")["ok-full"]["reason"] and "ok-full" not in srv.hits
 
 def test_read_timeout_grows_with_max_new_tokens(tmp_path):
-    "A base timeout shorter than the generation is extended by timeout_per_token: a slow answer arrives on the first attempt."
+    ("A base timeout shorter than the generation is extended by timeout_per_token: a slow answer arrives "
+     "on the first attempt.")
     async def go(url):
         e = engine(url, timeout=1, timeout_per_token=1.0)   # 1 + 4 * 1.0 = 5 s > the server's 3 s
         try: return await e.generate(PROMPT, Sampling(max_new_tokens=4), rid="hang1-0")
@@ -215,7 +233,8 @@ def test_read_timeout_grows_with_max_new_tokens(tmp_path):
 def test_rerun_with_a_smaller_limit_or_other_prompts(tmp_path):
     "Counts follow the current item set; records on file for other items are reported apart, never an accounting error."
     run = tmp_path/"run"
-    write_prompts(run, [{"id": f"ok-{i}", "prompt_ids": PROMPT} for i in range(6)] + [{"id": "e400-0", "prompt_ids": PROMPT}])
+    write_prompts(run, [{"id": f"ok-{i}", "prompt_ids": PROMPT} for i in range(6)]
+                  + [{"id": "e400-0", "prompt_ids": PROMPT}])
     with FaultServer() as srv:
         m, _ = run_generate(run, srv.url)
         assert (m["counts"]["success"], m["counts"]["failed"]) == (6, 1)

@@ -5,7 +5,8 @@ import httpx, pytest
 from conftest import BIN, run
 from eagle3nb.core import JsonlWriter, read_jsonl, read_manifest
 from eagle3nb.serve import start_server_process
-from eagle3nb.engines import LocalEngine, Sampling
+from eagle3nb.local import LocalEngine
+from eagle3nb.protocol import Sampling
 from eagle3nb.prompts import render_prompt
 
 QUESTIONS = ["Hi", "Name three colors.", "What is 2+2?", "Tell me a joke.", "Why is the sky blue?"]
@@ -14,7 +15,8 @@ QUESTIONS = ["Hi", "Name three colors.", "What is 2+2?", "Tell me a joke.", "Why
 def server():
     proc, url = start_server_process("tiny-qwen3", max_batch=8)
     yield url
-    proc.terminate(); proc.wait(30)
+    proc.terminate()
+    proc.wait(30)
 
 @pytest.fixture(scope="module")
 def local():
@@ -31,7 +33,7 @@ def test_http_ids_equal_local_greedy(server, local, tmp_path, engine):
     "Through the real CLI and HTTP, SGLang's and vLLM's formats return the local engine's greedy ids token for token."
     _write_prompts(tmp_path, local.target.tokenizer, 5)
     # concurrency 1: each request runs alone in the server, exactly as the reference below
-    r = run([str(BIN/"eagle3nb"), "generate", "--run", str(tmp_path), "--engine", engine, "--url", server,
+    r = run([str(BIN/"eagle3nb"), "generate", "--run", str(tmp_path), "--engine", engine, "--urls", server,
              "--max_new_tokens", "16", "--concurrency", "1"])
     assert r.returncode == 0, r.stdout + r.stderr
     recs = {o["id"]: o for o in read_jsonl(tmp_path/"generate/generations.jsonl")}
@@ -51,8 +53,10 @@ def test_sglang_wire_shapes(server, local):
     sp = Sampling(max_new_tokens=12).to_sglang()
     one = httpx.post(server + "/generate", json={"rid": "a", "input_ids": p, "sampling_params": sp}).json()
     assert set(one) == {"text", "output_ids", "meta_info"} and one["meta_info"]["id"] == "a"
-    assert one["meta_info"]["completion_tokens"] == len(one["output_ids"]) and one["meta_info"]["prompt_tokens"] == len(p)
-    batch = httpx.post(server + "/generate", json={"rid": ["b", "c"], "input_ids": [p, p[:-1]], "sampling_params": sp}).json()
+    assert (one["meta_info"]["completion_tokens"] == len(one["output_ids"])
+            and one["meta_info"]["prompt_tokens"] == len(p))
+    batch = httpx.post(server + "/generate",
+                       json={"rid": ["b", "c"], "input_ids": [p, p[:-1]], "sampling_params": sp}).json()
     assert isinstance(batch, list) and [b["meta_info"]["id"] for b in batch] == ["b", "c"]
     # streaming: cumulative server-sent events, finish_reason only on the last, then [DONE]
     with httpx.stream("POST", server + "/generate", json={"input_ids": p, "sampling_params": sp, "stream": True}) as r:
@@ -61,9 +65,11 @@ def test_sglang_wire_shapes(server, local):
     parts = [json.loads(e) for e in events[:-1]]
     assert parts[-1]["output_ids"] == one["output_ids"] and parts[-1]["meta_info"]["finish_reason"] is not None
     assert all(x["meta_info"]["finish_reason"] is None for x in parts[:-1])
-    assert all(parts[i]["output_ids"] == parts[-1]["output_ids"][:len(parts[i]["output_ids"])] for i in range(len(parts)))
+    assert all(parts[i]["output_ids"] == parts[-1]["output_ids"][:len(parts[i]["output_ids"])]
+               for i in range(len(parts)))
     # the default max_new_tokens is SGLang's 128 when the field is omitted
-    d = httpx.post(server + "/generate", json={"input_ids": p, "sampling_params": {"temperature": 0, "ignore_eos": True}}).json()
+    d = httpx.post(server + "/generate",
+                   json={"input_ids": p, "sampling_params": {"temperature": 0, "ignore_eos": True}}).json()
     assert d["meta_info"]["completion_tokens"] <= 128
     for path in ("/health", "/health_generate"): assert httpx.get(server + path).status_code == 200
     info = httpx.get(server + "/get_server_info").json()
@@ -89,13 +95,14 @@ def test_kill_9_and_resume(server, local, tmp_path):
     "A generate process killed by SIGKILL mid-run, then rerun: every prompt ends exactly once, no torn records."
     N = 40
     _write_prompts(tmp_path, local.target.tokenizer, N)
-    args = [str(BIN/"eagle3nb"), "generate", "--run", str(tmp_path), "--engine", "sglang", "--url", server,
+    args = [str(BIN/"eagle3nb"), "generate", "--run", str(tmp_path), "--engine", "sglang", "--urls", server,
             "--max_new_tokens", "24", "--concurrency", "4", "--temperature", "0.7", "--seed", "11"]
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out = tmp_path/"generate/generations.jsonl"
     t0 = time.time()
     while (not out.exists() or out.read_text().count("\n") < 6) and time.time() - t0 < 120: time.sleep(0.05)
-    p.send_signal(signal.SIGKILL); p.wait()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
     first = out.read_text().count("\n")
     assert 6 <= first < N, f"killed too late to test anything ({first} of {N} done)"
     with open(out, "ab") as f: f.write(b'{"id": "q39", "prompt_ids": [1, 2')   # what a kill mid-write leaves

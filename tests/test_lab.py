@@ -1,4 +1,5 @@
-"JupyterLab from the venv, offline on loopback: its contents API lists nbs/, and a notebook runs cell by cell through its kernel API."
+("JupyterLab from the venv, offline on loopback: its contents API lists nbs/, and a notebook runs cell by cell "
+ "through its kernel API.")
 import asyncio, json, os, signal, subprocess, sys, time, uuid
 from pathlib import Path
 import httpx
@@ -15,14 +16,17 @@ def _execute_cells(base:str, token:str, cells:list) -> list:
             try:
                 for src in cells:
                     mid = uuid.uuid4().hex
-                    ws.write_message(json.dumps({"header": {"msg_id": mid, "msg_type": "execute_request", "username": "t", "session": "s",
-                                                            "version": "5.3"}, "parent_header": {}, "metadata": {}, "channel": "shell",
-                                                 "content": {"code": src, "silent": False, "store_history": True, "user_expressions": {},
+                    ws.write_message(json.dumps({"header": {"msg_id": mid, "msg_type": "execute_request",
+                                                            "username": "t", "session": "s", "version": "5.3"},
+                                                 "parent_header": {}, "metadata": {}, "channel": "shell",
+                                                 "content": {"code": src, "silent": False, "store_history": True,
+                                                             "user_expressions": {},
                                                              "allow_stdin": False, "stop_on_error": True}}))
                     while True:
                         msg = json.loads(await asyncio.wait_for(ws.read_message(), 120))
                         if msg.get("parent_header", {}).get("msg_id") == mid and msg["msg_type"] == "execute_reply":
-                            statuses.append((msg["content"]["status"], msg["content"].get("evalue"))); break
+                            statuses.append((msg["content"]["status"], msg["content"].get("evalue")))
+                            break
             finally:
                 ws.close()
                 await c.delete(f"/api/kernels/{k['id']}")
@@ -36,7 +40,8 @@ def test_jupyterlab_lists_nbs_and_runs_a_notebook(tmp_path):
     p = subprocess.Popen([str(BIN/"jupyter"), "lab", "--no-browser", "--ip", "127.0.0.1", "--port", str(port),
                           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT/'nbs'}",
                           *(["--allow-root"] if os.geteuid() == 0 else [])],
-                         env=env, stdout=open(tmp_path/"lab.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+                         env=env, stdout=open(tmp_path/"lab.log", "w"),
+                         stderr=subprocess.STDOUT, start_new_session=True)
     base, h = f"http://127.0.0.1:{port}", {"Authorization": f"token {token}"}
     try:
         t0 = time.time()
@@ -47,17 +52,20 @@ def test_jupyterlab_lists_nbs_and_runs_a_notebook(tmp_path):
             except httpx.TransportError: pass
             assert time.time() - t0 < 120, (tmp_path/"lab.log").read_text()[-3000:]
             time.sleep(0.5)
-        assert httpx.get(base + "/lab", headers=h, timeout=30).status_code == 200          # the lab page itself is served
+        assert httpx.get(base + "/lab", headers=h, timeout=30).status_code == 200        # the lab page itself is served
         names = {x["name"] for x in httpx.get(base + "/api/contents/", headers=h, timeout=10).json()["content"]}
-        assert {"00_core.ipynb", "12_pipeline.ipynb", "index.ipynb"} <= names
+        assert {"00_core.ipynb", "12b_pipeline.ipynb", "index.ipynb"} <= names
         nb = httpx.get(base + "/api/contents/00_core.ipynb", headers=h, timeout=10).json()["content"]
         code = [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
         assert len(code) > 5
         # the kernel starts in nbs/ (the server's root), as a user's would; every cell must succeed
         statuses = _execute_cells(base, token, code)
         assert [s for s, _ in statuses] == ["ok"] * len(code), statuses
-        assert _execute_cells(base, token, ["1/0"])[0] == ("error", "division by zero")   # a failing cell is seen as failing
+        # a failing cell is seen as failing
+        assert _execute_cells(base, token, ["1/0"])[0] == ("error", "division by zero")
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         try: p.wait(30)
-        except subprocess.TimeoutExpired: os.killpg(p.pid, signal.SIGKILL); p.wait()
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()

@@ -1,17 +1,24 @@
-"The installed package from scripts: import is inert, bad input is one line, conversion is atomic (the main job: test_pipeline.py)."
+("The installed package from scripts: import is inert, bad input is one line, conversion is atomic (the main "
+ "job: test_pipeline.py).")
 import json, os, signal, sys, time, subprocess
 from pathlib import Path
-from conftest import BIN, run
+from conftest import BIN, ROOT, run
 
 def test_import_loads_no_model_and_starts_nothing(tmp_path):
-    code = ("import sys, threading, eagle3nb, eagle3nb.core, eagle3nb.models, eagle3nb.prompts, eagle3nb.engines, eagle3nb.serve,"
-            " eagle3nb.generate, eagle3nb.validate, eagle3nb.capture, eagle3nb.capture_vllm, eagle3nb.pipeline, eagle3nb.cli;"
-            "heavy = [m for m in ('torch', 'transformers', 'tiktoken', 'httpx', 'starlette', 'uvicorn', 'matplotlib', 'ipywidgets') if m in sys.modules];"
-            "print(heavy, threading.active_count())")
+    "Every module imports without a thread, a model or a file; the command line's entry also without torch."
+    mods = sorted(p.stem for p in (ROOT/"eagle3nb").glob("*.py")
+                  if not p.stem.startswith("_") and p.stem != "vllm_connector")
+    assert {"protocol", "lean", "local", "engines", "settings", "report", "pipeline", "context", "cli"} <= set(mods)
+    code = ("import sys, threading, eagle3nb.cli, eagle3nb.report;"
+            "light = [m for m in ('torch', 'transformers', 'tiktoken', 'httpx', 'starlette', 'uvicorn', "
+            "'matplotlib', 'ipywidgets') if m in sys.modules];"
+            + "".join(f"import eagle3nb.{m};" for m in mods) +
+            "print(light, threading.active_count())")
     r = run([sys.executable, "-c", code], env={"EAGLE3NB_CACHE": str(tmp_path/"cache")})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[] 1"
+    assert r.stdout.strip() == "[] 1"                 # `eagle3nb --help` loads nothing heavy; no module starts a thread
     assert not (tmp_path/"cache").exists()            # nothing built or written at import
+    # vllm_connector runs inside a vLLM server (it imports vllm); it is imported there, by tests/test_vllm_capture.py
 
 def test_cli_bad_input_is_one_clear_line(tmp_path):
     r = run([str(BIN/"eagle3nb"), "prepare", str(tmp_path/"missing.jsonl"), "--target", "tiny-qwen3"])
@@ -23,11 +30,13 @@ def test_cli_bad_input_is_one_clear_line(tmp_path):
 def test_killed_conversion_leaves_no_half_directory(tmp_path):
     cache = tmp_path/"cache"
     p = subprocess.Popen([sys.executable, "-c", "from eagle3nb.models import target_dir; target_dir('smollm2')"],
-                         env={**os.environ, "EAGLE3NB_CACHE": str(cache)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         env={**os.environ, "EAGLE3NB_CACHE": str(cache)}, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
     t0 = time.time()
     while not list((cache/"targets").glob("smollm2.tmp-*")) and time.time() - t0 < 60: time.sleep(0.1)
     time.sleep(3)                                      # mid-conversion
-    p.send_signal(signal.SIGKILL); p.wait()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
     assert not (cache/"targets"/"smollm2").exists()   # no half directory under the real name
     from eagle3nb.models import target_dir
     assert target_dir.__module__ == "eagle3nb.models"

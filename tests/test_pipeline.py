@@ -16,13 +16,15 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     t0 = time.time()
     while "capture" not in _ledger(d) and p.poll() is None and time.time() - t0 < 600: time.sleep(0.2)
     assert p.poll() is None, p.stdout.read()
-    os.killpg(p.pid, signal.SIGKILL); p.wait()          # killed in training: no report yet
-    assert not (d/"report.html").exists() and set(_ledger(d)) == {"prepare", "generate", "validate", "capture"}
+    os.killpg(p.pid, signal.SIGKILL)                    # killed in training: no report yet
+    p.wait()
+    early = {"prepare", "generate", "validate", "context", "capture"}
+    assert not (d/"report.html").exists() and set(_ledger(d)) == early
     r = run(cmd)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    for s in ("prepare", "generate", "validate", "capture"): assert f"{s}: done earlier under the same settings — skipped" in r.stdout
+    for s in early: assert f"{s}: done earlier under the same settings — skipped" in r.stdout
     led = _ledger(d)
-    assert list(led) == ["prepare", "generate", "validate", "capture", "train", "evaluate", "export"]
+    assert list(led) == ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]
     # every record accounted for, stage by stage
     m = json.loads((d/"prompts/manifest.json").read_text())["counts"]
     assert m["read"] == 300 and m["accepted"] + m["rejected"] == 300
@@ -36,7 +38,8 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     assert len(ctx) == 4 and all(r["id"].startswith("context-") and not any(r["loss_mask"][:r["n_prompt"]])
                                  and any(r["loss_mask"][r["n_prompt"]:]) for r in ctx)
     assert c["captured"] + c["quarantined"] + c["skipped"] == v["accepted"] + 4
-    assert "and 4 context records, with the dataset's replies" in led["capture"]["summary"]
+    ctx_line = led["context"]["summary"]
+    assert ctx_line.startswith("context: 4 records from") and "dataset's replies" in ctx_line
     t = json.loads((d/"train/manifest.json").read_text())
     assert t["counts"]["train_records"] + t["counts"]["heldout_records"] == c["captured"]
     # evaluated on conversations it never generated for nor captured as context (so never trained on)
@@ -51,14 +54,15 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     assert {r["method"] for r in rep["rows"]} == {"eagle3", "ngram", "target"}
     # one report: markdown and a self-contained page, with the headline and the serving commands
     md, page = (d/"report.md").read_text(), (d/"report.html").read_text()
-    assert "## Headline: the drafter beside n-gram, each at its best K, on held-out prompts" in md and "tokens / target forward" in md
+    assert "## Headline: the drafter beside n-gram, each at its best K, on held-out prompts" in md
+    assert "tokens / target forward" in md
     assert "vllm serve" in md and "--speculative-algorithm EAGLE3" in md
     assert page.count("data:image/png;base64,") >= 3 and "src=\"plots/" not in page
     assert r.stdout.rstrip().splitlines()[-1].startswith("evaluate (1 held-out prompts")
     for fmt in ("speculators", "sglang"): assert (d/f"export/{fmt}/config.json").exists()
     # a third run does nothing again
     r = run(cmd)
-    assert r.returncode == 0 and r.stdout.count("done earlier under the same settings") == 7
+    assert r.returncode == 0 and r.stdout.count("done earlier under the same settings") == 8
 
 def test_example_script_runs_the_pipeline(tmp_path):
     r = run([sys.executable, str(ROOT/"examples/pipeline.py"), str(tmp_path/"ex")], cwd=tmp_path)
@@ -73,7 +77,7 @@ def test_example_script_runs_the_pipeline(tmp_path):
 
 @pytest.mark.parametrize("name", ["qwen3-8b-sglang.toml", "kimi-k2.5-sglang.toml"])
 def test_example_configs_read(name):
-    from eagle3nb.pipeline import pipeline_config
+    from eagle3nb.settings import pipeline_config
     c = pipeline_config(ROOT/"configs"/name)
     assert c.generate.engine == "sglang" and c.generate.urls and c.train.ttt_steps == 7
 
@@ -96,7 +100,8 @@ def test_a_killed_parent_leaves_no_server(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     child = int(next(line for line in parent.stdout if line.startswith("pid ")).split()[1])
     os.kill(child, 0)                                    # the server is up
-    parent.kill(); parent.wait()
+    parent.kill()
+    parent.wait()
     t0 = time.time()
     while time.time() - t0 < 30:
         try: os.kill(child, 0)
@@ -114,17 +119,17 @@ def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversatio
     capture_before = json.loads((tmp_path/"run/capture/manifest.json").read_text())["counts"]
     # 1. more held-out prompts: only evaluation (and export) run again; the training data does not move
     held1 = [json.loads(x)["id"] for x in (tmp_path/"run/evaluate_prompts.jsonl").read_text().splitlines()]
-    led2 = run_default("tiny", run=d, evaluate={"prompts": 3})
+    led2 = run_default("tiny", run=d, evaluate={"n_prompts": 3})
     assert [s for s in led2 if led2[s] != led[s]] == ["evaluate", "export"]
     held2 = [json.loads(x)["id"] for x in (tmp_path/"run/evaluate_prompts.jsonl").read_text().splitlines()]
     assert len(held2) == 3 and held2[:len(held1)] == held1
     # 2. a changed capture setting and a --stages run after it: refused, naming the stale stage, nothing run
-    with pytest.raises(InputError, match="--stages train,evaluate,export: capture must run first"):
-        run_default("tiny", run=d, capture={"context_prompts": 2}, stages=["train", "evaluate", "export"])
+    with pytest.raises(InputError, match="--stages train,evaluate,export: context, capture must run first"):
+        run_default("tiny", run=d, context={"n_prompts": 2}, stages=["train", "evaluate", "export"])
     assert _ledger(d)["train"] == led2["train"]
     # 3. the full run recaptures and retrains (never "done earlier" on the old capture)
     capsys.readouterr()
-    led3 = run_default("tiny", run=d, capture={"context_prompts": 2})
+    led3 = run_default("tiny", run=d, context={"n_prompts": 2})
     out = capsys.readouterr().out
     assert "capture: its settings, or the data of a stage before it, changed" in out
     assert "train: its settings, or the data of a stage before it, changed" in out
@@ -133,9 +138,9 @@ def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversatio
     t3 = json.loads((tmp_path/"run/train/manifest.json").read_text())["counts"]
     assert t3["train_records"] + t3["heldout_records"] == c3["captured"]
     # 4. a stage rerun under the same settings makes what follows stale: --stages after it refuses
-    run_default("tiny", run=d, capture={"context_prompts": 2}, stages=["capture"], fresh=True)
+    run_default("tiny", run=d, context={"n_prompts": 2}, stages=["capture"], fresh=True)
     with pytest.raises(InputError, match="--stages evaluate: train must run first"):
-        run_default("tiny", run=d, capture={"context_prompts": 2}, stages=["evaluate"])
+        run_default("tiny", run=d, context={"n_prompts": 2}, stages=["evaluate"])
     assert _ledger(d)["evaluate"] == led3["evaluate"]
     # other sampling never passes the old samples on: refused, with the way out
     with pytest.raises(InputError, match="holds samples made with .*temperature.*: rerun with --fresh"):
@@ -143,11 +148,68 @@ def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversatio
     # the guard: a prompt the drafter was trained on is refused before any forward, named
     gen = [json.loads(x) for x in (tmp_path/"run/generate_prompts.jsonl").read_text().splitlines()]
     (tmp_path/"leak.jsonl").write_text(json.dumps({"id": "leak-t0", "prompt_ids": gen[0]["prompt_ids"]}) + "\n")
-    r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts", str(tmp_path/"leak.jsonl"), "--ks", "1"])
+    r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts_file", str(tmp_path/"leak.jsonl"), "--ks", "1"])
     assert r.returncode == 2 and "leak-t0 (the same prompt ids)" in r.stderr, r.stderr[-2000:]
     src = gen[0]["source"]["row"]
     sibling = {"id": src["id"].rsplit("_", 1)[0] + "_999",          # another row of a trained-on conversation
                "conversations": [{"from": "human", "value": "And what happened next?"}]}
     (tmp_path/"conv.jsonl").write_text(json.dumps(sibling) + "\n")
-    r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts", str(tmp_path/"conv.jsonl"), "--ks", "1"])
+    r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts_file", str(tmp_path/"conv.jsonl"), "--ks", "1"])
     assert r.returncode == 2 and f"(conversation {gen[0]['conversation']!r})" in r.stderr, r.stderr[-2000:]
+
+def test_train_command_trains_as_the_main_job(tmp_path):
+    "One set of defaults: `eagle3nb train --run R` on a main-job run trains exactly as `eagle3nb run --stages train`."
+    import shutil, torch
+    from safetensors.torch import load_file
+    from eagle3nb.pipeline import run_default
+    a, b = tmp_path/"a", tmp_path/"b"
+    run_default("tiny", run=str(a), stages=["prepare", "generate", "validate", "context", "capture"])
+    shutil.copytree(a, b)
+    run_default("tiny", run=str(a), stages=["train"])
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(b)])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"settings: [train] of {b/'pipeline_config.json'}" in r.stdout
+    ma, mb = (json.loads((d/"train/manifest.json").read_text()) for d in (a, b))
+    drop = lambda c: {k: v for k, v in c.items() if k != "source_dir"}
+    assert drop(ma["config"]) == drop(mb["config"])
+    assert ma["config"]["lr"] == 2e-3                  # the main job's recipe, not a second set of defaults
+    assert ma["counts"] == mb["counts"] and ma["final"] == mb["final"]
+    wa, wb = (load_file(d/"train/drafter/model.safetensors") for d in (a, b))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    # a flag changes one setting, not the recipe; a renamed flag is refused with the new name
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(b), "--layers", "2,15,27"])
+    assert r.returncode == 2 and "--layers was renamed: use --aux_layers" in r.stderr
+
+def _kimi_stand_in(d, kimi_dir):
+    "A tiny random-weight model under Kimi K2.5's real tokenizer (163,840 ids; Kimi's eos `<|im_end|>`)."
+    import shutil, torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from eagle3nb.models import TINY
+    cfg = Qwen3Config(vocab_size=163840, **TINY, bos_token_id=163584, eos_token_id=163586, pad_token_id=163585)
+    torch.manual_seed(0)
+    m = Qwen3ForCausalLM(cfg).float()
+    m.generation_config = GenerationConfig(bos_token_id=163584, eos_token_id=163586, pad_token_id=163585)
+    m.save_pretrained(d, safe_serialization=True)
+    for f in kimi_dir.iterdir(): shutil.copy(f, d/f.name)
+    return d
+
+@pytest.mark.parametrize("name", ["qwen3-8b-sglang.toml", "kimi-k2.5-sglang.toml"])
+def test_shipped_configs_run_end_to_end_at_tiny_scale(name, tmp_path, kimi_dir):
+    "Every key, stage and plan line of a shipped config runs on CPU: a tiny stand-in target, the local engine."
+    from eagle3nb.pipeline import run_pipeline
+    from eagle3nb.settings import pipeline_config
+    target = "tiny-qwen3" if name.startswith("qwen3") else str(_kimi_stand_in(tmp_path/"kimi-tiny", kimi_dir))
+    c = pipeline_config(ROOT/"configs"/name, run=str(tmp_path/"run"), target=target,
+                        data={"inputs": ["sharegpt"], "limit": 300},          # the config's /data files are not here
+                        generate={"engine": "local", "urls": [], "n_prompts": 3, "max_new_tokens": 16},
+                        capture={"engine": "local", "urls": []},              # the servers stand in for nothing here
+                        train={"max_steps": 2, "heldout": 0.3}, evaluate={"n_prompts": 1, "max_new_tokens": 6})
+    led = run_pipeline(c)
+    assert list(led) == ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]
+    m = json.loads((tmp_path/"run/train/manifest.json").read_text())
+    assert m["config"]["ttt_steps"] == 7 and m["config"]["lr"] == 3e-4        # the config's own training keys
+    g = json.loads((tmp_path/"run/generate/config.json").read_text())["sampling"]
+    assert (g["temperature"], g["top_p"], g["seed"]) == ((0.6, 0.95, 0) if name.startswith("qwen3") else (1.0, 0.95, 0))
+    rep = json.loads((tmp_path/"run/evaluate/report.json").read_text())
+    assert rep["config"]["ks"] == [1, 2, 3, 4, 5, 6, 7]
+    for fmt in c.export.formats: assert (tmp_path/f"run/export/{fmt}/config.json").exists()

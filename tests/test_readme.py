@@ -21,4 +21,5 @@ def test_readme_two_commands_are_make_targets():
     assert "bash scripts/test.sh" in mk and (ROOT/".ci/run").read_text().count("make test") >= 1
 
 def test_readme_links_resolve():
-    for target in re.findall(r"\]\((nbs/[^)#]+)\)", (ROOT/"README.md").read_text()): assert (ROOT/target).exists(), target
+    for target in re.findall(r"\]\((nbs/[^)#]+)\)",
+                             (ROOT/"README.md").read_text()): assert (ROOT/target).exists(), target

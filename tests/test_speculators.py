@@ -28,12 +28,13 @@ json.dump({"class": type(m).__name__, "unexpected": sorted(k for k in t if k not
            "not_equal": sorted(k for k in t if k in sd and not torch.equal(sd[k], t[k])),
            "norm_before_residual": m.config.norm_before_residual, "aux_ids": m.config.eagle_aux_hidden_state_layer_ids},
           open(io + "/report.json", "w"))
-'''
+'''  # noqa: E501
 
 @pytest.mark.parametrize("norm_before_residual", [False, True])
 def test_speculators_loads_our_export(tmp_path, norm_before_residual):
     py = os.environ.get("EAGLE3NB_SPECULATORS_PYTHON")
-    if not py: pytest.fail("EAGLE3NB_SPECULATORS_PYTHON is not set: run this tier with `make test-vllm` (it installs speculators)")
+    if not py: pytest.fail("EAGLE3NB_SPECULATORS_PYTHON is not set: run this tier with `make test-vllm` (it "
+                           "installs speculators)")
     tgt = load_target("tiny-llama")
     d = new_drafter(tgt, list(range(0, 4000, 2)), [2, 4, 5], norm_before_residual=norm_before_residual).eval()
     torch.manual_seed(1)
@@ -46,12 +47,14 @@ def test_speculators_loads_our_export(tmp_path, norm_before_residual):
     next_ids = torch.cat([x[:, 1:], x.new_zeros(1, 1)], 1)
     torch.save({"aux": aux, "next_ids": next_ids, "steps": steps}, tmp_path/"inputs.pt")
     (tmp_path/"reader.py").write_text(READER)
-    r = subprocess.run([py, str(tmp_path/"reader.py"), str(out), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([py, str(tmp_path/"reader.py"), str(out), str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((tmp_path/"report.json").read_text())
     assert rep["class"] == "Eagle3DraftModel"
     assert rep["unexpected"] == [], rep                                          # every tensor we wrote has a home
-    assert rep["missing"] == ["verifier_lm_head.weight", "verifier_norm.weight"], rep   # only the verifier's own, loaded from the verifier when training
+    # only the verifier's own, loaded from the verifier when training
+    assert rep["missing"] == ["verifier_lm_head.weight", "verifier_norm.weight"], rep
     assert rep["not_equal"] == [], rep                                           # bit-equal, embed_tokens included
     assert rep["norm_before_residual"] is norm_before_residual and rep["aux_ids"] == [2, 4, 5]
     got = torch.load(tmp_path/"outputs.pt")["logits"]

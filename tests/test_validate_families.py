@@ -1,4 +1,5 @@
-"Validation for families without tokenizer files here: small tokenizers that carry their real token strings and templates."
+("Validation for families without tokenizer files here: small tokenizers that carry their real token "
+ "strings and templates.")
 import pytest
 from family_tokenizers import build_tokenizer
 from eagle3nb.prompts import render_prompt
@@ -12,7 +13,8 @@ def _ck(tok, p, prompt, out, finish=STOP):
 
 @pytest.mark.parametrize("variant", ["r1-0528", "r1"])
 def test_deepseek_r1_both_prompt_styles(variant):
-    tok = build_tokenizer("deepseek-r1", variant); p = derive_profile(tok)
+    tok = build_tokenizer("deepseek-r1", variant)
+    p = derive_profile(tok)
     assert detect_family(tok) == "deepseek-r1"
     i = lambda s: tok.convert_tokens_to_ids(s)
     e = lambda s: tok.encode(s, add_special_tokens=False)
@@ -30,28 +32,30 @@ def test_deepseek_r1_both_prompt_styles(variant):
             e('get_weather\n```json\n{"city": "Paris"}\n```') + [i("<｜tool▁call▁end｜>"), i("<｜tool▁calls▁end｜>")]
     tool = opener + e("\nUse the tool.\n") + [TC] + calls + [EOS]
     assert _ck(tok, p, P, tool) == (["reasoning", "answer", "tool_call", "end"], []) or _ck(tok, p, P, tool)[1] == []
-    swapped = tool[:]; a, b = swapped.index(i("<｜tool▁sep｜>")), swapped.index(i("<｜tool▁call▁begin｜>"))
+    swapped = tool[:]
+    a, b = swapped.index(i("<｜tool▁sep｜>")), swapped.index(i("<｜tool▁call▁begin｜>"))
     swapped[a], swapped[b] = swapped[b], swapped[a]
     assert _ck(tok, p, P, swapped)[1] == ["tool_calls"]
 
 def test_gpt_oss_harmony():
-    tok = build_tokenizer("gpt-oss"); p = derive_profile(tok)
+    tok = build_tokenizer("gpt-oss")
+    p = derive_profile(tok)
     assert detect_family(tok) == "gpt-oss"
     h = p.harmony
     e = lambda s: tok.encode(s, add_special_tokens=False)
     P = render_prompt(tok, [{"role": "user", "content": "2+2?"}])
     assert P[-1] != h["channel"] and tok.decode(P).endswith("<|start|>assistant")
-    good = [h["channel"]] + e("analysis") + [h["message"]] + e("Simple sum.") + [h["end"], h["start"]] + e("assistant") + \
-           [h["channel"]] + e("final") + [h["message"]] + e("4") + [h["return"]]
+    good = ([h["channel"]] + e("analysis") + [h["message"]] + e("Simple sum.") + [h["end"], h["start"]]
+            + e("assistant") + [h["channel"]] + e("final") + [h["message"]] + e("4") + [h["return"]])
     kinds, probs = _ck(tok, p, P, good)
     assert probs == [] and kinds == ["reasoning", "header", "answer", "end"]
     segs = segment_output(p, P, good, STOP, tok)[0]
     mask = loss_mask_from_segments(len(P), segs, len(good))
-    assert mask == [0] * len(P) + [1] * len(good)          # the model generates <|start|>assistant: the drafter must draft it
+    assert mask == [0] * len(P) + [1] * len(good)    # the model generates <|start|>assistant: the drafter must draft it
     hs, he = next((s, e) for k, s, e in segs if k == "header")
     assert tok.decode(good[hs:he]) == "<|start|>assistant" and all(mask[len(P) + t] for t in range(hs, he))
-    call = [h["channel"]] + e("commentary to=functions.get_weather ") + [h["constrain"]] + e("json") + [h["message"]] + \
-           e('{"city": "Paris"}') + [h["call"]]
+    call = ([h["channel"]] + e("commentary to=functions.get_weather ") + [h["constrain"]] + e("json") + [h["message"]]
+            + e('{"city": "Paris"}') + [h["call"]])
     kinds, probs = _ck(tok, p, P, call)
     assert probs == [] and kinds == ["tool_call", "end"]
     fake_user = good[:-1] + [h["end"], h["start"]] + e("user") + [h["message"]] + e("more")
@@ -61,7 +65,8 @@ def test_gpt_oss_harmony():
     assert _ck(tok, p, P, good[:6], {"type": "length"})[1] == ["truncated"]
 
 def test_llama3():
-    tok = build_tokenizer("llama3"); p = derive_profile(tok)
+    tok = build_tokenizer("llama3")
+    p = derive_profile(tok)
     assert detect_family(tok) == "llama3" and p.think_open is None
     i = lambda s: tok.convert_tokens_to_ids(s)
     e = lambda s: tok.encode(s, add_special_tokens=False)

@@ -5,7 +5,7 @@
 2. An output must not hold a marker that only the other side writes (user, tool result, system message, turn
    headers); the set is read off the chat template, and the reject names why (`turn_start`, `tool_output`, `system`).
 Real Qwen3 and Kimi-K2.5 tokenizers (../shared/tokenizers); DeepSeek, gpt-oss and Llama-3 through tests/family_tokenizers.
-"""
+"""  # noqa: E501
 import json, shutil
 import pytest
 from family_tokenizers import build_tokenizer, save
@@ -16,7 +16,8 @@ from eagle3nb.validate import derive_profile, check_record, segment_output, vali
 
 STOP = {"type": "stop"}
 CLEAN = "Is 2+2 four?"
-MARKED = ["Is 2+2 four? </think>", "Is 2+2 four? <think>", "<think> Is 2+2 four? </think> ok", "Is 2+2 four? </think>\n"]
+MARKED = ["Is 2+2 four? </think>", "Is 2+2 four? <think>", "<think> Is 2+2 four? </think> ok",
+          "Is 2+2 four? </think>\n"]
 
 def _verdict(tok, p, content, out, thinking=None):
     "(segments, failed checks) of `out` after a prompt whose one user message is `content`, through check_record."
@@ -58,12 +59,14 @@ def _kimi_with(shared_tokenizers, d, template):
     shutil.copy(shared_tokenizers/"kimi-k2"/template, d/"chat_template.jinja")
     return load_tokenizer(d)
 
-@pytest.mark.parametrize("template,accepted", [("chat_template.jinja", {"pre_opened"}),  # K2.5: the prompt ends with <think>
-                                               # K2-Thinking, K2-Instruct: the prompt ends at <|im_middle|>, <think> is the model's
-                                               ("chat_template.k2-thinking.llamacpp.jinja", {"opened", "plain"}),
-                                               ("chat_template.k2-instruct.llamacpp.jinja", {"opened", "plain"})])
+@pytest.mark.parametrize("template,accepted", [
+    ("chat_template.jinja", {"pre_opened"}),   # K2.5: the prompt ends with <think>
+    # K2-Thinking, K2-Instruct: the prompt ends at <|im_middle|>, <think> is the model's
+    ("chat_template.k2-thinking.llamacpp.jinja", {"opened", "plain"}),
+    ("chat_template.k2-instruct.llamacpp.jinja", {"opened", "plain"})])
 def test_kimi_user_reasoning_markers_change_nothing(shared_tokenizers, tmp_path, template, accepted):
-    tok = _kimi_with(shared_tokenizers, tmp_path/"k", template); p = derive_profile(tok)
+    tok = _kimi_with(shared_tokenizers, tmp_path/"k", template)
+    p = derive_profile(tok)
     e = tok.encode
     outs = {"pre_opened": e("Add.") + [163607] + e("Yes.") + [163586],
             "opened": [163606] + e("Add.") + [163607] + e("Yes.") + [163586], "plain": e("Yes.") + [163586]}
@@ -73,7 +76,8 @@ def test_kimi_user_reasoning_markers_change_nothing(shared_tokenizers, tmp_path,
 _V3_STYLE_TAIL = ("{{'<｜Assistant｜><think>\\n'}}", "{{'<｜Assistant｜>'}}")
 
 def _deepseek(variant):
-    "DeepSeek-R1-0528 (prompt ends at the assistant header), R1 (forces <think>\\n), and a template written here: R1's with "
+    ("DeepSeek-R1-0528 (prompt ends at the assistant header), R1 (forces <think>\\n), "
+     "and a template written here: R1's with ")
     "the January-2025 tail, whose generation prompt is added only by `add_generation_prompt` and ends at the header."
     if variant != "written-here": return build_tokenizer("deepseek-r1", variant)
     tok = build_tokenizer("deepseek-r1", "r1")
@@ -83,10 +87,12 @@ def _deepseek(variant):
 
 @pytest.mark.parametrize("variant", ["r1-0528", "r1", "written-here"])
 def test_deepseek_user_reasoning_markers_change_nothing(variant):
-    tok = _deepseek(variant); p = derive_profile(tok)
+    tok = _deepseek(variant)
+    p = derive_profile(tok)
     i, e = tok.convert_tokens_to_ids, lambda s: tok.encode(s, add_special_tokens=False)
     TH, TC, EOS = i("<think>"), i("</think>"), i("<｜end▁of▁sentence｜>")
-    outs = {"opened": [TH] + e("\nAdd.\n") + [TC] + e("\n\nYes.") + [EOS], "forced": e("Add.\n") + [TC] + e("Yes.") + [EOS]}
+    outs = {"opened": [TH] + e("\nAdd.\n") + [TC] + e("\n\nYes.") + [EOS],
+            "forced": e("Add.\n") + [TC] + e("Yes.") + [EOS]}
     _assert_markers_change_nothing(tok, p, outs)
     want = "forced" if variant == "r1" else "opened"
     assert {k for k, o in outs.items() if _verdict(tok, p, MARKED[0], o)[1] == []} == {want}
@@ -99,37 +105,45 @@ def _checks(tok, p, P, out):
 def _fakes_qwen3(tok):
     e = lambda s: tok.encode(s, add_special_tokens=False)
     TH, TC, TO, TX, END, START = 151667, 151668, 151657, 151658, 151645, 151644
-    call = [TH] + e("\nUse the tool.\n") + [TC] + e("\n\n") + [TO] + e('\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n') + [TX]
+    call = [TH] + e("\nUse the tool.\n") + [TC] + e("\n\n") + [TO] + e('\n{"name": "get_weather", "arguments": '
+                                                                       '{"city": "Paris"}}\n') + [TX]
     answer = [TH] + e("\nGreet.\n") + [TC] + e("\n\nIt is sunny.\n")
     return render_prompt(tok, [{"role": "user", "content": "Weather in Paris?"}], thinking=True), {
         "real_call": (call + [END], []),
-        "tool_reply": (call + e("\n") + [151665] + e('\n{"temp": 21}\n') + [151666] + e("\n\nIt is 21.") + [END], ["tool_output"]),
+        "tool_reply": (call + e("\n") + [151665] + e('\n{"temp": 21}\n') + [151666] + e("\n\nIt is 21.") + [END],
+                       ["tool_output"]),
         "system": (answer + [START] + e("system\nBe evil.") + [END], ["turn_start"]),
         "user": (answer + [START] + e("user\nThanks!") + [END], ["turn_start"])}
 
 def _fakes_kimi(tok):
     e = tok.encode
-    call = e("Need the tool.") + [163607, 163595, 163597] + e("functions.get_weather:0") + [163598] + e('{"city": "Paris"}') + [163599, 163596]
+    call = (e("Need the tool.") + [163607, 163595, 163597] + e("functions.get_weather:0") + [163598]
+            + e('{"city": "Paris"}') + [163599, 163596])
     answer = e("Greet.") + [163607] + e("It is sunny.")
     # Kimi writes tool results and system messages under the same <|im_system|> header: a turn start, not tool-only
     return render_prompt(tok, [{"role": "user", "content": "Weather in Paris?"}]), {
         "real_call": (call + [163586], []),
-        "tool_reply": (call + [163594] + e("get_weather") + [163601] + e('## Return of functions.get_weather:0\n{"temp": 21}') + [163586], ["turn_start"]),
+        "tool_reply": (call + [163594] + e("get_weather") + [163601]
+                       + e('## Return of functions.get_weather:0\n{"temp": 21}') + [163586], ["turn_start"]),
         "system": (answer + [163594] + e("system") + [163601] + e("Be evil.") + [163586], ["turn_start"]),
         "user": (answer + [163587] + e("user") + [163601] + e("Thanks!") + [163586], ["turn_start"])}
 
 def _fakes_deepseek(tok, variant):
     i, e = tok.convert_tokens_to_ids, lambda s: tok.encode(s, add_special_tokens=False)
     opener = [] if variant == "r1" else [i("<think>")]
-    call = opener + e("\nUse the tool.\n") + [i("</think>"), i("<｜tool▁calls▁begin｜>"), i("<｜tool▁call▁begin｜>")] + e("function") + \
-           [i("<｜tool▁sep｜>")] + e('get_weather\n```json\n{"city": "Paris"}\n```') + [i("<｜tool▁call▁end｜>"), i("<｜tool▁calls▁end｜>")]
+    call = (opener + e("\nUse the tool.\n") + [i("</think>"), i("<｜tool▁calls▁begin｜>"), i("<｜tool▁call▁begin｜>")]
+            + e("function") + [i("<｜tool▁sep｜>")] + e('get_weather\n```json\n{"city": "Paris"}\n```')
+            + [i("<｜tool▁call▁end｜>"), i("<｜tool▁calls▁end｜>")])
     answer = opener + e("\nGreet.\n") + [i("</think>")] + e("It is sunny.")
     EOS = i("<｜end▁of▁sentence｜>")
-    reply = [i("<｜tool▁outputs▁begin｜>"), i("<｜tool▁output▁begin｜>")] + e('{"temp": 21}') + [i("<｜tool▁output▁end｜>"), i("<｜tool▁outputs▁end｜>")]
+    reply = [i("<｜tool▁outputs▁begin｜>"),
+             i("<｜tool▁output▁begin｜>")] + e('{"temp": 21}') + [i("<｜tool▁output▁end｜>"),
+                                                                i("<｜tool▁outputs▁end｜>")]
     return render_prompt(tok, [{"role": "user", "content": "Weather in Paris?"}]), {
         "real_call": (call + [EOS], []),
         "tool_reply": (call + reply + e("It is 21.") + [EOS], ["tool_output"]),
-        "system": (answer + [i("<｜begin▁of▁sentence｜>")] + e("Be evil.") + [EOS], ["turn_start"]),   # no system marker: BOS
+        # no system marker: BOS
+        "system": (answer + [i("<｜begin▁of▁sentence｜>")] + e("Be evil.") + [EOS], ["turn_start"]),
         "user": (answer + [i("<｜User｜>")] + e("Thanks!") + [i("<｜Assistant｜>"), EOS], ["turn_start"])}
 
 def _fakes_gpt_oss(tok):
@@ -160,7 +174,8 @@ def _fakes_llama3(tok):
 @pytest.fixture(scope="module")
 def family_cases(qwen, kimi):
     return {"qwen3": (qwen, _fakes_qwen3(qwen)), "kimi": (kimi, _fakes_kimi(kimi)),
-            **{f"deepseek-{v}": (t, _fakes_deepseek(t, v)) for v in ("r1-0528", "r1") for t in [build_tokenizer("deepseek-r1", v)]},
+            **{f"deepseek-{v}": (t, _fakes_deepseek(t, v)) for v in ("r1-0528", "r1")
+               for t in [build_tokenizer("deepseek-r1", v)]},
             "gpt-oss": (lambda t: (t, _fakes_gpt_oss(t)))(build_tokenizer("gpt-oss")),
             "llama3": (lambda t: (t, _fakes_llama3(t)))(build_tokenizer("llama3"))}
 
@@ -187,12 +202,14 @@ def test_markers_are_read_off_the_template():
     "A marker the template writes only for tool results is forbidden as tool_output, for any template that does so."
     tok = build_tokenizer("deepseek-r1", "r1-0528")
     i = tok.convert_tokens_to_ids
-    want = {i(s): "tool_output" for s in ("<｜tool▁outputs▁begin｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>", "<｜tool▁outputs▁end｜>")}
+    want = {i(s): "tool_output" for s in ("<｜tool▁outputs▁begin｜>", "<｜tool▁output▁begin｜>",
+                                          "<｜tool▁output▁end｜>", "<｜tool▁outputs▁end｜>")}
     assert {k: v["reason"] for k, v in derive_profile(tok).forbidden.items() if k in want} == want
     # the same tokenizer with a template that never renders tool results: nothing about them to enforce
-    tok.chat_template = "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}<｜User｜>{{ m['content'] }}" \
-                        "{% elif m['role'] == 'assistant' %}<｜Assistant｜>{{ m['content'] }}<｜end▁of▁sentence｜>{% endif %}" \
-                        "{% endfor %}{% if add_generation_prompt %}<｜Assistant｜>{% endif %}"
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}"
+                         "<｜User｜>{{ m['content'] }}{% elif m['role'] == 'assistant' %}"
+                         "<｜Assistant｜>{{ m['content'] }}<｜end▁of▁sentence｜>{% endif %}"
+                         "{% endfor %}{% if add_generation_prompt %}<｜Assistant｜>{% endif %}")
     assert not set(want) & set(derive_profile(tok).forbidden)
 
 # --- 3. the report says what is enforced -----------------------------------------------------------------------------
@@ -201,8 +218,9 @@ def test_validate_report_lists_the_markers_it_enforces(tmp_path):
     "A DeepSeek-R1-0528 run: the report names each forbidden marker, its check and where the template writes it."
     d = save("deepseek-r1", tmp_path/"ds", "r1-0528")
     tok = load_tokenizer(d)
-    (tmp_path/"in.jsonl").write_text("".join(json.dumps({"id": f"r{k}", "messages": [{"role": "user", "content": "Weather in Paris?"}]}) + "\n"
-                                             for k in range(2)))
+    (tmp_path/"in.jsonl").write_text("".join(
+        json.dumps({"id": f"r{k}", "messages": [{"role": "user", "content": "Weather in Paris?"}]}) + "\n"
+        for k in range(2)))
     prepare(tmp_path/"in.jsonl", d, tmp_path/"run", progress=False)
     P = {r["id"]: r for r in read_jsonl(tmp_path/"run/prompts/prompts.jsonl")}
     _, cases = _fakes_deepseek(tok, "r1-0528")
@@ -215,12 +233,14 @@ def test_validate_report_lists_the_markers_it_enforces(tmp_path):
     assert (m["counts"]["accepted"], m["counts"]["failed_checks"]) == (1, {"tool_output": 1})
     rep = json.loads((tmp_path/"run/validate/report.json").read_text())
     rows = {r["token"]: r for r in rep["forbidden_markers"]}
-    assert rows["<｜tool▁outputs▁begin｜>"] == {"id": tok.convert_tokens_to_ids("<｜tool▁outputs▁begin｜>"), "token": "<｜tool▁outputs▁begin｜>",
+    assert rows["<｜tool▁outputs▁begin｜>"] == {"id": tok.convert_tokens_to_ids("<｜tool▁outputs▁begin｜>"),
+                                              "token": "<｜tool▁outputs▁begin｜>",
                                                 "reason": "tool_output", "seen_in": ["tool"]}
     assert rows["<｜User｜>"]["reason"] == "turn_start" and "user" in rows["<｜User｜>"]["seen_in"]
-    assert "<｜tool▁calls▁begin｜>" not in rows and "<think>" not in rows            # what the model writes is never forbidden
+    assert "<｜tool▁calls▁begin｜>" not in rows and "<think>" not in rows     # what the model writes is never forbidden
     md = (tmp_path/"run/validate/report.md").read_text()
-    assert f"| `<｜tool▁output▁begin｜>` ({tok.convert_tokens_to_ids('<｜tool▁output▁begin｜>')}) | `tool_output` | tool |" in md
+    assert (f"| `<｜tool▁output▁begin｜>` ({tok.convert_tokens_to_ids('<｜tool▁output▁begin｜>')}) "
+            "| `tool_output` | tool |" in md)
     rej = read_jsonl(tmp_path/"run/validate/rejected.jsonl")[0]
     assert rej["id"] == "r1-t0" and "wrote a tool's reply itself" in rej["problems"][0]["detail"]
 

@@ -39,15 +39,18 @@ def rel(a, b) -> float:
     return float((a - b).norm() / b.norm())
 
 def worst_difference(run_a, run_b, H) -> float:
-    "The largest relative-norm difference over records × (3 aux layers, final) between two captures of the same records."
+    ("The largest relative-norm difference over records × (3 aux layers, final) between two captures "
+     "of the same records.")
     A, B = CaptureReader(Path(run_a)/"capture"), CaptureReader(Path(run_b)/"capture")
     assert sorted(A.index) == sorted(B.index)
     worst = 0.0
     for sid in A.index:
         x, y = A[sid], B[sid]
         assert x["input_ids"].tolist() == y["input_ids"].tolist() and x["loss_mask"].tolist() == y["loss_mask"].tolist()
-        assert x["aux"].shape == y["aux"].shape and x["aux"].dtype == y["aux"].dtype and x["final"].dtype == y["final"].dtype
-        worst = max([worst, rel(x["final"], y["final"])] + [rel(x["aux"][:, k * H:(k + 1) * H], y["aux"][:, k * H:(k + 1) * H])
+        assert (x["aux"].shape == y["aux"].shape and x["aux"].dtype == y["aux"].dtype
+                and x["final"].dtype == y["final"].dtype)
+        worst = max([worst, rel(x["final"], y["final"])] + [rel(x["aux"][:, k * H:(k + 1) * H],
+                                                                y["aux"][:, k * H:(k + 1) * H])
                                                              for k in range(3)])
     return worst
 
@@ -74,7 +77,8 @@ def setup(tmp_path_factory):
         assert (m["counts"]["captured"], m["counts"]["skipped"]) == (len(recs) - 1, 1)
         local[dt] = run
     storage = base/"server-states"
-    with env(PYTHONPATH=str(connector_dir())):   # the server finds eagle3nb's connector here (eagle3nb is not in its venv)
+    # the server finds eagle3nb's connector here (eagle3nb is not in its venv)
+    with env(PYTHONPATH=str(connector_dir())):
         cm = vllm_process(tgt.path, base/"server.log", *vllm_server_args("smollm2", storage_dir=storage),
                           max_model_len=MAX_MODEL_LEN)
         url = cm.__enter__()
@@ -88,14 +92,17 @@ def test_vllm_shards_equal_local_capture(setup):
     run = write_records(s["base"]/"vllm-float32", s["recs"])
     m = capture_vllm(run, [s["url"]], target="smollm2", dtype="float32", progress=False)
     c = m["counts"]
-    assert (c["records"], c["captured"], c["skipped"], c["quarantined"], c["failed"]) == (len(s["recs"]), len(s["recs"]) - 1, 1, 0, 0)
+    assert (c["records"], c["captured"], c["skipped"],
+            c["quarantined"], c["failed"]) == (len(s["recs"]), len(s["recs"]) - 1, 1, 0, 0)
     skip = read_jsonl(run/"capture/skipped-r0.jsonl")
     assert [k["id"] for k in skip] == [s["recs"][-1]["id"]] and "max_model_len" in skip[0]["reason"]
     cfg = m["config"]
-    assert (cfg["engine"], cfg["aux_layers_hf"], cfg["server_layer_ids"], cfg["model_dtype"]) == ("vllm", [2, 15, 27], [2, 15, 27, 30], "vllm:float32")
+    assert (cfg["engine"], cfg["aux_layers_hf"],
+            cfg["server_layer_ids"], cfg["model_dtype"]) == ("vllm", [2, 15, 27], [2, 15, 27, 30], "vllm:float32")
     assert cfg["layers_verified"].startswith("layer ids")
     w = worst_difference(run, s["local"]["float32"], s["H"])
-    print(f"vLLM vs local capture, float32: worst relative-norm difference {w:.2e} over {c['captured']} records x 4 states")
+    print(f"vLLM vs local capture, float32: worst relative-norm difference {w:.2e} over "
+          f"{c['captured']} records x 4 states")
     assert w <= 1e-4
     assert list(s["storage"].iterdir()) == []                    # every file read and removed
     from eagle3nb.train import OfflineSource                     # training reads it unchanged
@@ -153,17 +160,20 @@ def test_wrong_token_echo_fails_the_record_and_a_rerun_captures_it(setup):
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     run = write_records(s["base"]/"vllm-echo", s["recs"])
-    try: m = capture_vllm(run, [f"http://127.0.0.1:{proxy.server_address[1]}"], target="smollm2", dtype="float32", progress=False)
+    try: m = capture_vllm(run, [f"http://127.0.0.1:{proxy.server_address[1]}"], target="smollm2",
+                          dtype="float32", progress=False)
     finally: proxy.shutdown()
     c = m["counts"]
     assert (c["captured"], c["failed"], c["skipped"]) == (len(s["recs"]) - 2, 1, 1)
     assert c["captured"] + c["failed"] + c["skipped"] + c["quarantined"] == c["records"]
     f = read_jsonl(run/"capture/failed-r0.jsonl")
     n = len(victim["input_ids"])
-    assert [x["id"] for x in f] == [victim["id"]] and f"differs from the record at token {n - 1} of {n}" in f[0]["reason"]
+    assert ([x["id"] for x in f] == [victim["id"]]
+            and f"differs from the record at token {n - 1} of {n}" in f[0]["reason"])
     assert victim["id"] not in CaptureReader(run/"capture").index    # never silently captured
     m2 = capture_vllm(run, [s["url"]], target="smollm2", dtype="float32", progress=False)   # failures are retried
-    assert (m2["counts"]["captured"], m2["counts"]["failed"], m2["counts"]["this_run_tokens_rank0"]) == (len(s["recs"]) - 1, 0, n)
+    assert (m2["counts"]["captured"], m2["counts"]["failed"],
+            m2["counts"]["this_run_tokens_rank0"]) == (len(s["recs"]) - 1, 0, n)
     assert worst_difference(run, s["local"]["float32"], s["H"]) <= 1e-4
 
 def test_server_with_other_layers_is_refused_before_anything_is_written(setup):
@@ -179,8 +189,8 @@ def test_server_with_other_layers_is_refused_before_anything_is_written(setup):
 def test_kill_9_mid_capture_then_rerun_resumes(setup):
     s = setup
     run = write_records(s["base"]/"vllm-kill", s["recs"])
-    code = (f"from eagle3nb.capture_vllm import capture_vllm; capture_vllm({str(run)!r}, [{s['url']!r}], target='smollm2', "
-            "dtype='float32', shard_tokens=64, concurrency=1, progress=False)")
+    code = (f"from eagle3nb.capture_vllm import capture_vllm; capture_vllm({str(run)!r}, [{s['url']!r}], "
+            "target='smollm2', dtype='float32', shard_tokens=64, concurrency=1, progress=False)")
     p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     sdir, t0 = run/"capture/shards", time.time()
     while len(list(sdir.glob("*.safetensors"))) < 3:
@@ -198,8 +208,8 @@ def test_kill_9_mid_capture_then_rerun_resumes(setup):
     assert (c["captured"], c["skipped"], c["failed"], c["quarantined"]) == (len(s["recs"]) - 1, 1, 0, 0)
     assert 0 < c["this_run_tokens_rank0"] < total                # resumed: what the killed run stored was kept
     assert worst_difference(run, s["local"]["float32"], s["H"]) <= 1e-4
-    print(f"kill -9 after {done} records; the rerun captured {c['this_run_tokens_rank0']} of {total} tokens and removed "
-          f"{m['config']['leftover_files_removed']} files the killed run left unread")
+    print(f"kill -9 after {done} records; the rerun captured {c['this_run_tokens_rank0']} of {total} tokens "
+          f"and removed {m['config']['leftover_files_removed']} files the killed run left unread")
     assert list(s["storage"].iterdir()) == []                    # nothing left in the server's folder
 
 def test_cli_capture_through_vllm_and_its_server_command(setup):
@@ -207,11 +217,12 @@ def test_cli_capture_through_vllm_and_its_server_command(setup):
     s = setup
     run = write_records(s["base"]/"vllm-cli", s["recs"])
     r = run_cmd([str(BIN/"eagle3nb"), "capture", "--run", str(run), "--target", "smollm2", "--dtype", "float32",
-                 "--engine", "vllm", "--url", s["url"], "--url", s["url"]])
+                 "--engine", "vllm", "--urls", s["url"], "--urls", s["url"]])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"captured {len(s['recs']) - 1}, quarantined 0, skipped 1, failed 0" in r.stdout
     assert worst_difference(run, s["local"]["float32"], s["H"]) <= 1e-4
     # the printed server command asks for exactly the layers the running server writes
     r = run_cmd([str(BIN/"eagle3nb"), "capture", "--run", str(run), "--target", "smollm2", "--print_server_command",
                  "--storage_dir", str(s["storage"])])
-    assert r.returncode == 0 and all(a in r.stdout for a in ("[2, 15, 27, 30]", str(s["storage"]), "--kv-transfer-config"))
+    assert r.returncode == 0 and all(a in r.stdout
+                                     for a in ("[2, 15, 27, 30]", str(s["storage"]), "--kv-transfer-config"))
