@@ -150,7 +150,6 @@ def dist_env() -> tuple:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return int(os.environ.get("RANK", "0")), world, world > 1
 
-_dist = dist_env   # the name capture's loops call
 
 # %% ../nbs/07_capture.ipynb #7aacba2f
 def first_nonfinite(named:dict):
@@ -305,7 +304,7 @@ def run_capture(run, # run directory: writes run/capture
                 t0:float|None=None) -> dict|None:
     "The loop every capture engine shares: config lock, resume, skips, NaN quarantine, shards, index, manifest."
     t0, run = t0 or time.time(), Path(run)
-    rank, world, distributed = _dist()
+    rank, world, distributed = dist_env()
     rpath, all_recs = read_records(run, records)
     H, L = int(tgt.config()["hidden_size"]), int(tgt.config()["num_hidden_layers"])
     out = run/"capture"
@@ -370,7 +369,7 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             progress:bool=True) -> dict|None:
     "Capture aux and final hidden states of every validated record with the target in this process; the manifest."
     t0, run = time.time(), Path(run)
-    rank, world, distributed = _dist()
+    rank, world, distributed = dist_env()
     read_records(run, records)                          # a clear error before anything loads
     if target is None:
         target = read_manifest(run/"validate")["config"]["target"]

@@ -41,14 +41,14 @@ def connector_dir() -> Path:
 
 # %% ../nbs/07b_capture_vllm.ipynb #0c43bca2
 def vllm_server_args(target, # model dir or name
-                     layers:list|None=None, # aux layers as HF indices (default [2, L//2, L-3])
+                     aux_layers:list|None=None, # aux layers as HF indices (default [2, L//2, L-3])
                      storage_dir="/tmp/eagle3nb-hidden-states", # where the server writes one file per request
                      connector:str="eagle3nb", # "eagle3nb" (ids in every file, CPU-safe) or "stock" (vLLM's, GPU only)
                     ) -> list:
     "The vLLM server arguments (after the model) that make it write the capture's layers."
     tgt = load_target(target)
     L = int(tgt.config()["num_hidden_layers"])
-    aux = list(layers or default_aux_layers(L))
+    aux = list(aux_layers or default_aux_layers(L))
     spec = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
             "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": server_layer_ids(aux, L)}}}
     if connector not in ("eagle3nb", "stock"): raise InputError(f"connector {connector!r}: use eagle3nb or stock")
@@ -59,7 +59,7 @@ def vllm_server_args(target, # model dir or name
 
 # %% ../nbs/07b_capture_vllm.ipynb #6145ea2b
 def vllm_capture_command(target, # model dir or name
-                         layers:list|None=None, # aux layers as HF indices (default [2, L//2, L-3])
+                         aux_layers:list|None=None, # aux layers as HF indices (default [2, L//2, L-3])
                          storage_dir="/tmp/eagle3nb-hidden-states", # the server's output folder, seen by the capture
                          dtype:str="bfloat16", # the dtype the server runs the model in
                          port:int=8000,
@@ -69,7 +69,7 @@ def vllm_capture_command(target, # model dir or name
     tgt = load_target(target)
     env = f"PYTHONPATH={shlex.quote(str(connector_dir()))} " if connector == "eagle3nb" else ""
     serve = f"{shlex.quote(python)} -m vllm.entrypoints.openai.api_server --model" if python else "vllm serve"
-    args = " ".join(shlex.quote(a) for a in vllm_server_args(target, layers, storage_dir, connector))
+    args = " ".join(shlex.quote(a) for a in vllm_server_args(target, aux_layers, storage_dir, connector))
     return f"{env}{serve} {shlex.quote(str(tgt.path))} --dtype {dtype} --port {port} {args}"
 
 # %% ../nbs/07b_capture_vllm.ipynb #db93a842
@@ -258,7 +258,7 @@ def _spread(fits, servers:list, concurrency:int, fetch):
 def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capture/ (the same shards as `capture`)
                  urls:list, # vLLM servers started with `vllm_capture_command` (several spread the records)
                  target=None, # the served model's dir or name (default: validation's); gives L, H and the final norm
-                 layers:list|None=None, # aux layers as HF indices (default [2, L//2, L-3]); servers write these and L
+                 aux_layers:list|None=None, # HF indices (default [2, L//2, L-3]); servers write these and L
                  dtype:str="bfloat16", # storage dtype of the states
                  max_tokens:int|None=None, # skip longer records (default and cap: the servers' max_model_len − 1)
                  shard_tokens:int=1 << 16, # tokens per shard file
@@ -277,7 +277,7 @@ def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capt
     if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
     tgt = load_target(target)
     L, H = int(tgt.config()["num_hidden_layers"]), int(tgt.config()["hidden_size"])
-    aux_layers = list(layers or default_aux_layers(L))
+    aux_layers = list(aux_layers or default_aux_layers(L))
     want = server_layer_ids(aux_layers, L)
     norm = final_norm(tgt)
     tag = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:8]   # this run directory's requests

@@ -161,8 +161,9 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
     c = _settings(GenerateConfig, run, "generate", given)
     main_job = Path(run)/"generate_prompts.jsonl"
     engines, stop = engines_for(c, _target(run, target))
-    try: m = generate(run, engines, c.sampling, n=c.n_samples, concurrency=c.concurrency, retry_failed=retry_failed,
-                      limit=c.n_prompts, prompts_path=prompts_file or (main_job if main_job.exists() else None),
+    try: m = generate(run, engines, c.sampling, n_samples=c.n_samples, concurrency=c.concurrency,
+                      retry_failed=retry_failed,
+                      n_prompts=c.n_prompts, prompts_file=prompts_file or (main_job if main_job.exists() else None),
                       batch_size=c.batch_size, fresh=fresh)
     finally: stop()
     print(generate_summary(m))
@@ -294,7 +295,7 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
                          "records or conversations the drafter never trained on (the main job writes "
                          "RUN/evaluate_prompts.jsonl)")
     rep = evaluate(run, prompts, drafter, c.ks, c.temperature, c.max_new_tokens, c.n_prompts, c.ngram,
-                   draft_sample=c.draft_sample)
+                   draft_sample=c.draft_sample, device=c.device, dtype=c.dtype, batch_size=c.batch_size)
     print_report(rep)
     print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
 
@@ -336,7 +337,10 @@ _CONFIGS = {"prepare": ("prompts", "PrepareConfig", ("inputs", "heldout_share"))
 def command_parser(cmd:str) -> argparse.ArgumentParser:
     "The parser of `eagle3nb CMD`: the command's own `Param`s, then its stage's settings (`config_options`)."
     f = getattr(COMMANDS[cmd], "__wrapped__", COMMANDS[cmd])
-    p = argparse.ArgumentParser(description=f.__doc__, prog=f"eagle3nb {cmd}", allow_abbrev=False)
+    note = ("On a run directory that `eagle3nb run` made, the settings default to that run's "
+            "(RUN/pipeline_config.json), else to the defaults shown.")
+    p = argparse.ArgumentParser(description=f.__doc__, prog=f"eagle3nb {cmd}", allow_abbrev=False,
+                                epilog=note if cmd in _CONFIGS else None)
     own = docments(f, full=True, returns=False, eval_str=True)
     for k, v in own.items():
         if v.kind == inspect.Parameter.VAR_KEYWORD: continue

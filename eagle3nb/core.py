@@ -14,8 +14,8 @@ from typing import Any, Iterator
 # %% auto #0
 __all__ = ['STAGES', 'InputError', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader', 'read_jsonl', 'atomic_write_text',
            'write_jsonl_atomic', 'jsonl_writers_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions',
-           'stage_dir', 'write_manifest', 'read_manifest', 'manifest_config', 'check_settings', 'Tally', 'first_diff',
-           'PromptRecord']
+           'stage_dir', 'write_manifest', 'read_manifest', 'manifest_config', 'md_table', 'check_settings', 'Tally',
+           'first_diff', 'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
@@ -228,6 +228,12 @@ def manifest_config(d, key:str, default=None):
     "`config[key]` of the manifest in stage folder `d`; `default` where there is no manifest or no such key."
     p = Path(d)/"manifest.json"
     return (read_json(p).get("config") or {}).get(key, default) if p.exists() else default
+
+# %% ../nbs/00_core.ipynb #a53699fc
+def md_table(head:list, rows:list) -> str:
+    "A Markdown table: the one writer of every report's tables (validation's, the run's)."
+    return "\n".join(["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)] +
+                     ["| " + " | ".join(map(str, r)) + " |" for r in rows])
 
 # %% ../nbs/00_core.ipynb #7582095d
 def check_settings(d, what:str, cfg:dict, fresh:bool=False) -> bool:

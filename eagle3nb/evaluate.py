@@ -8,18 +8,20 @@ import os, time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 import torch
+from fastcore.basics import patch
 from .core import InputError, read_json, stage_dir, write_json, write_manifest
 from .capture import catch_aux
 from .drafter import Drafter, load_drafter
 from .models import eos_ids, kv_cache_kwarg
 from .heldout import check_drafter_heldout, prompt_records
-from .train import walk
+from .train import tau_sim, walk
 
 # %% auto #0
-__all__ = ['ROW_KEYS', 'TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode', 'run_prompts',
-           'sweep', 'greedy_tail', 'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row',
-           'replay', 'measure_costs', 'recommend_k', 'tau_sim_by_k', 'plot_report', 'EvaluateConfig', 'evaluate',
-           'print_report']
+__all__ = ['ROW_KEYS', 'DTYPES', 'TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode',
+           'BatchTargetCache', 'BatchDrafterCache', 'spec_decode_batch', 'run_prompts', 'sweep', 'greedy_tail',
+           'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row', 'replay', 'measure_costs',
+           'recommend_k', 'resolve_device', 'drafter_to', 'param_count', 'device_memory', 'TooLarge', 'check_fits',
+           'tau_sim_by_k', 'plot_report', 'EvaluateConfig', 'evaluate', 'print_report']
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
@@ -72,7 +74,8 @@ class DrafterCache:
         lg = self.d.logits(state)[0, -1].float()
         if temperature == 0: return int(self.d.to_target_ids(lg.argmax()))
         q = torch.zeros(self.d.config.vocab_size)     # on the CPU, where the sampling generators live
-        q[self.d.to_target_ids(torch.arange(len(lg), device=lg.device)).cpu()] = torch.softmax(lg.cpu() / temperature, -1)
+        ids = self.d.to_target_ids(torch.arange(len(lg), device=lg.device)).cpu()
+        q[ids] = torch.softmax(lg.cpu() / temperature, -1)
         return q
 
 # %% ../nbs/10_evaluate.ipynb #85487781
@@ -187,20 +190,206 @@ def spec_decode(model, # the target (a transformers causal LM)
         if aux is not None: aux = aux[:n_acc + 1]
         p0, new = L - 1, drafts[:n_acc] + [bonus]
 
+# %% ../nbs/10_evaluate.ipynb #14d3a307
+class BatchTargetCache:
+    "The target with one KV cache for a batch of rows; each row runs its own tokens at its own next positions."
+    def __init__(self, model, aux_layers:list|None=None # HF hidden-state indices to catch (None: none)
+                ):
+        from transformers import DynamicCache
+        self.model, self.aux_layers, self.cache, self.forwards = model, list(aux_layers or []), DynamicCache(), 0
+        self.ckw, self.device, self.keep = kv_cache_kwarg(model), next(model.parameters()).device, None
+        if any(t != "full_attention" for t in getattr(model.config, "layer_types", None) or []):
+            raise InputError("batch_size > 1 needs a target whose layers all use full attention (holes in a shared "
+                             "cache would shrink a sliding window): use batch_size 1 for this target")
+    def lengths(self) -> list: return self.keep.sum(1).tolist()
+    @torch.inference_mode()
+    def __call__(self, ids:list, last:bool=False # only each row's last logits `[B, V]` (a prefill)
+                ):
+        "Logits `[B, T, V]` and aux `[B, T, 3H]` (or None) of each row's new tokens `ids[b]`, right-padded to `T`."
+        B, T = len(ids), max(map(len, ids))
+        x, new = torch.zeros((B, T), dtype=torch.long), torch.zeros((B, T), dtype=torch.bool)
+        for b, r in enumerate(ids): x[b, :len(r)], new[b, :len(r)] = torch.tensor(r), True
+        n = torch.zeros((B, 1), dtype=torch.long) if self.keep is None else self.keep.sum(1, keepdim=True)
+        self.keep = new if self.keep is None else torch.cat([self.keep, new], 1)
+        at = sorted({len(r) - 1 for r in ids})    # a prefill's logits: each row's last position only
+        kw = {"logits_to_keep": torch.tensor(at, device=self.device)} if last else {}
+        with catch_aux(self.model, self.aux_layers) as aux_of:
+            out = self.model(input_ids=x.to(self.device), position_ids=(n + torch.arange(T)).to(self.device),
+                             attention_mask=self.keep.long().to(self.device), use_cache=True,
+                             **{self.ckw: self.cache}, **kw)
+        self.forwards += 1
+        rows = torch.tensor([at.index(len(r) - 1) for r in ids], device=self.device)
+        lg = out.logits[torch.arange(B, device=self.device), rows] if last else out.logits
+        return lg.float(), aux_of() if self.aux_layers else None
+    @torch.inference_mode()
+    def crop_row(self, b:int, n:int):
+        "Row `b` keeps its first `n` tokens; the slots of the rest become holes."
+        self.keep[b, self.keep[b].nonzero()[n:, 0]] = False
+    def select(self, rows:list):
+        "Keep only batch rows `rows`, in this order (finished rows leave)."
+        self.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+        self.keep = self.keep[rows]
+    def compact(self, slack:float=0.25):
+        "Move each row's tokens to the front of the cache once holes take more than `slack` of it."
+        S, n = self.keep.shape[1], self.keep.sum(1)
+        if S - int(n.max()) <= slack * S or any(type(l).__name__ != "DynamicLayer" for l in self.cache.layers): return
+        order = torch.sort((~self.keep).to(torch.int8), dim=1, stable=True).indices[:, :int(n.max())].to(self.device)
+        for l in self.cache.layers:
+            i = order[:, None, :, None].expand(-1, l.keys.shape[1], -1, l.keys.shape[3])
+            l.keys, l.values = l.keys.gather(2, i), l.values.gather(2, i)
+        self.keep = torch.arange(int(n.max()))[None] < n[:, None]
+
+# %% ../nbs/10_evaluate.ipynb #20beaace
+class BatchDrafterCache:
+    "The drafter with one KV cache for a batch of rows, every slot tagged with its row's absolute position."
+    def __init__(self, drafter:Drafter): self.d, self.k, self.v, self.pos, self.keep = drafter, None, None, None, None
+    def _run(self, ids:list, hidden, starts:list):
+        "Run row b's `ids[b]` (fed `hidden[b]`, right-padded) from position `starts[b]`; the last states `[B,1,H]`."
+        B, T, dev = hidden.shape[0], hidden.shape[1], hidden.device
+        x, new = torch.zeros((B, T), dtype=torch.long), torch.zeros((B, T), dtype=torch.bool)
+        for b, r in enumerate(ids): x[b, :len(r)], new[b, :len(r)] = torch.tensor(r), True
+        pos = torch.tensor(starts)[:, None] + torch.arange(T)
+        past = torch.zeros((B, 0), dtype=torch.bool) if self.k is None else self.keep & (self.pos < pos[:, :1])
+        mask = torch.cat([past[:, None].expand(B, T, -1), torch.ones(T, T, dtype=torch.bool).tril().expand(B, T, T)], 2)
+        state, k, v = self.d.step(x.to(dev), hidden, pos.to(dev), self.k, self.v, mask[:, None].to(dev))
+        cat = lambda a, b, d: b if a is None else torch.cat([a, b], d)
+        self.k, self.v = cat(self.k, k, 2), cat(self.v, v, 2)
+        self.pos, self.keep = cat(self.pos, pos, 1), cat(past, new, 1)
+        return state[torch.arange(B, device=dev), torch.tensor([len(r) - 1 for r in ids], device=dev)][:, None]
+    @torch.inference_mode()
+    def first_pass(self, next_ids:list, aux:list, starts:list):
+        "Each row's slots from `starts[b]` (token `x[i+1]`, `fc(aux_i)`, position `i`); its last fed state `[B,1,H]`."
+        a = torch.zeros(len(aux), max(map(len, aux)), aux[0].shape[-1], dtype=aux[0].dtype, device=aux[0].device)
+        for b, r in enumerate(aux): a[b, :len(r)] = r
+        return self._run(next_ids, self.d.fc(a.to(self.d.fc.weight.dtype)), starts)
+    @torch.inference_mode()
+    def chain(self, tokens:list, state, positions:list):
+        "One chained step for every row: its previous draft token and fed state at its position."
+        return self._run([[t] for t in tokens], state, positions)
+
+# %% ../nbs/10_evaluate.ipynb #6e995df7
+@patch
+@torch.inference_mode()
+def probs(self:BatchDrafterCache, state, temperature:float) -> list:
+    "Per row: the argmax target id (temperature 0), or the target-vocabulary draft distribution (on the CPU)."
+    lg = self.d.logits(state)[:, -1].float()
+    if temperature == 0: return self.d.to_target_ids(lg.argmax(-1)).tolist()
+    return [DrafterCache(self.d).probs(r[None, None], temperature) for r in state[:, -1]]
+
+@patch
+def select(self:BatchDrafterCache, rows:list):
+    "Keep only batch rows `rows`, in this order."
+    if self.k is None: return
+    dev = self.k.device
+    self.k, self.v = self.k[torch.tensor(rows, device=dev)], self.v[torch.tensor(rows, device=dev)]
+    self.pos, self.keep = self.pos[rows], self.keep[rows]
+
+@patch
+def compact(self:BatchDrafterCache, slack:float=0.25):
+    "Move each row's slots to the front once holes take more than `slack` of the cache."
+    if self.k is None: return
+    S, n = self.keep.shape[1], self.keep.sum(1)
+    if S - int(n.max()) <= slack * S: return
+    order = torch.sort((~self.keep).to(torch.int8), dim=1, stable=True).indices[:, :int(n.max())]
+    i = order.to(self.k.device)[:, None, :, None].expand(-1, self.k.shape[1], -1, self.k.shape[3])
+    self.k, self.v, self.pos = self.k.gather(2, i), self.v.gather(2, i), self.pos.gather(1, order)
+    self.keep = torch.arange(int(n.max()))[None] < n[:, None]
+
+# %% ../nbs/10_evaluate.ipynb #aea83dca
+def _emit(new:list, out:list, seq:list, eos:set, max_new_tokens:int) -> bool:
+    "Append `new` to a row's output, truncating at EOS / max tokens; True when the row is finished."
+    for t in new:
+        out.append(t)
+        seq.append(t)
+        if t in eos or len(out) >= max_new_tokens: return True
+    return False
+
+def _draft_rows(rows, seqs, auxs, p0, dc, k, method, temperature, greedy_draft, gens, ngram) -> tuple:
+    "Each row's drafts and their distributions (None: one-hot), as in `spec_decode`'s drafting step."
+    drafts, qs = [[] for _ in rows], [[] for _ in rows]
+    if method == "ngram": drafts = [ngram_propose(seqs[i], k, *ngram) for i in rows]
+    if method != "eagle3": return drafts, [[None] * len(d) for d in drafts]
+    state = dc.first_pass([seqs[i][p0[i] + 1:] for i in rows], [auxs[i] for i in rows], [p0[i] for i in rows])
+    for j in range(k):
+        for b, (i, q) in enumerate(zip(rows, dc.probs(state, 0 if greedy_draft else temperature))):
+            drafts[b].append(q if isinstance(q, int) else int(torch.multinomial(q, 1, generator=gens[i])))
+            qs[b].append(None if isinstance(q, int) else q)
+        if j < k - 1: state = dc.chain([dr[-1] for dr in drafts], state, [len(seqs[i]) - 1 + j for i in rows])
+    return drafts, qs
+
+# %% ../nbs/10_evaluate.ipynb #3b8866fc
+def spec_decode_batch(model, prompts:list, # prompt id lists, decoded together
+                      max_new_tokens:int, eos_ids:list=(), drafter:Drafter|None=None, k:int=3,
+                      method:str|None="eagle3", temperature:float=0.0,
+                      seeds:list|None=None, # one generator seed per prompt (default 0, 1, ...)
+                      greedy_draft:bool=False, ngram:tuple=(2, 4)) -> list:
+    "`spec_decode` with every prompt in flight at once, row by row the same counters; `[(output_ids, SpecStats)]`."
+    if method == "eagle3" and drafter is None: raise InputError("method='eagle3' needs a drafter")
+    t0, B = time.perf_counter(), len(prompts)
+    gens = [torch.Generator().manual_seed(s) for s in (range(B) if seeds is None else seeds)]
+    tgt = BatchTargetCache(model, drafter.config.aux_layers_hf if method == "eagle3" else None)
+    dc = BatchDrafterCache(drafter) if method == "eagle3" else None
+    sts, eos = [SpecStats(k=k if method else 0) for _ in range(B)], set(eos_ids)
+    seqs, outs, rows, fwd = [list(p) for p in prompts], [[] for _ in range(B)], list(range(B)), [1] * B
+    logits, aux = tgt(seqs, last=True)                               # prefill
+    new = [[_pick(logits[i], temperature, gens[i])] for i in range(B)]
+    auxs, p0 = [None if aux is None else aux[i, :len(p)] for i, p in enumerate(prompts)], [0] * B
+    while True:
+        left = [i for i in rows if not _emit(new[i], outs[i], seqs[i], eos, max_new_tokens)]
+        for i in set(rows) - set(left):                              # finished: the row leaves the batch
+            sts[i].target_forwards, sts[i].output_tokens = fwd[i], len(outs[i])
+            sts[i].seconds = time.perf_counter() - t0
+        if not left: return list(zip(outs, sts))
+        if left != rows:
+            for c in (tgt, dc):
+                if c is not None: c.select([rows.index(i) for i in left])
+            rows = left
+        for c in (tgt, dc):
+            if c is not None: c.compact()
+        drafts, qs = _draft_rows(rows, seqs, auxs, p0, dc, k, method, temperature, greedy_draft, gens, ngram)
+        L = [len(seqs[i]) for i in rows]
+        logits, aux = tgt([[seqs[i][-1]] + drafts[b] for b, i in enumerate(rows)])
+        top = logits.argmax(-1).tolist() if temperature == 0 else None    # one device sync for every row at T=0
+        for b, i in enumerate(rows):
+            fwd[i] += 1
+            if top:                                                  # `verify` at T=0: the longest argmax prefix
+                n_acc = next((j for j, dj in enumerate(drafts[b]) if dj != top[b][j]), len(drafts[b]))
+                bonus = top[b][n_acc]
+            else: n_acc, bonus = verify(logits[b, :len(drafts[b]) + 1], drafts[b], qs[b], temperature, gens[i])
+            if drafts[b]:
+                sts[i].drafts, sts[i].draft_tokens = sts[i].drafts + 1, sts[i].draft_tokens + len(drafts[b])
+                sts[i].accepted += n_acc
+                for j in range(n_acc): sts[i].accepted_per_pos[j] += 1
+            tgt.crop_row(b, L[b] + n_acc)
+            if aux is not None: auxs[i] = aux[b, :n_acc + 1]
+            p0[i], new[i] = L[b] - 1, drafts[b][:n_acc] + [bonus]
+
 # %% ../nbs/10_evaluate.ipynb #5012f501
-def run_prompts(model, prompts:list, max_new_tokens:int, eos_ids:list, seed:int=0, **kw) -> tuple:
+def run_prompts(model, prompts:list, max_new_tokens:int, eos_ids:list, seed:int=0,
+                batch_size:int=1, # prompts in flight at once (1: one at a time, `spec_decode`)
+                **kw) -> tuple:
     "`spec_decode` over `(id, prompt_ids)` pairs (prompt i seeded `seed + i`); return `(outputs, summed SpecStats)`."
-    outs, tot = [], SpecStats(k=kw.get("k", 3) if kw.get("method", "eagle3") else 0)
-    for i, (_, p) in enumerate(prompts):
-        o, st = spec_decode(model, p, max_new_tokens, eos_ids, seed=seed + i, **kw)
-        outs.append(o)
-        tot.add(st)
+    outs, tot, t0 = [], SpecStats(k=kw.get("k", 3) if kw.get("method", "eagle3") else 0), time.perf_counter()
+    if batch_size <= 1:
+        for i, (_, p) in enumerate(prompts):
+            o, st = spec_decode(model, p, max_new_tokens, eos_ids, seed=seed + i, **kw)
+            outs.append(o)
+            tot.add(st)
+        return outs, tot
+    for a in range(0, len(prompts), batch_size):
+        chunk = [p for _, p in prompts[a:a + batch_size]]
+        seeds = range(seed + a, seed + a + len(chunk))
+        for o, st in spec_decode_batch(model, chunk, max_new_tokens, eos_ids, seeds=seeds, **kw):
+            outs.append(o)
+            tot.add(st)
+    tot.seconds = time.perf_counter() - t0    # wall-clock: the rows of a batch ran together
     return outs, tot
 
 # %% ../nbs/10_evaluate.ipynb #ed749fc8
 def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids:list, ks=range(1, 8),
           temperature:float=0.0, ngram:bool=True, progress:bool=True,
           greedy_draft:bool=True, # at T > 0, argmax drafts (vLLM's default `draft_sample_method`) or sampled ones
+          batch_size:int=1, # prompts in flight at once
          ) -> dict:
     "Decode every prompt with the target alone, then drafter and n-gram lookup at each K; rows of vLLM-style counters."
     from tqdm.auto import tqdm
@@ -210,9 +399,10 @@ def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids
     rows, base = [], None
     for name, method, k in tqdm(plan, desc="evaluate", disable=not progress):
         outs, st = run_prompts(model, prompts, max_new_tokens, eos_ids, drafter=drafter, k=k, method=method,
-                               temperature=temperature, greedy_draft=greedy_draft)
+                               temperature=temperature, greedy_draft=greedy_draft, batch_size=batch_size)
         if base is None: base = outs
-        rows.append({"method": name, **st.summary(), "outputs_equal_target": outs == base})
+        rows.append({"method": name, **st.summary(), "outputs_equal_target": outs == base,
+                     "prompts_equal_target": sum(o == b for o, b in zip(outs, base))})
     for r in rows:
         r["speedup"] = round(r["tokens_per_s"] / rows[0]["tokens_per_s"], 3) if rows[0]["tokens_per_s"] else None
     return {"rows": rows, "outputs": base}
@@ -348,6 +538,77 @@ def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured 
     return {"k": best["k"], "beats_target": beats, "reasoning": why, "table": rows,
             "target_alone_tokens_per_s": round(base, 2)}
 
+# %% ../nbs/10_evaluate.ipynb #a32391a3
+DTYPES = ("float32", "bfloat16", "float16")
+
+def resolve_device(device:str="auto", # "auto", "cpu", "cuda", "cuda:1", ...
+                   dtype:str="auto", # "auto", or one of DTYPES
+                   target_config:dict|None=None) -> tuple:
+    "`(device, dtype)`: auto is a GPU in the target's own dtype where one exists, else the CPU in float32."
+    if device == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        c = target_config or {}
+        own = c.get("dtype") or c.get("torch_dtype") or (c.get("text_config") or {}).get("dtype") or "bfloat16"
+        dtype = "float32" if device == "cpu" else (own if own in DTYPES else "bfloat16")
+    if dtype not in DTYPES: raise InputError(f"dtype={dtype!r}: use auto or one of {', '.join(DTYPES)}")
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device={device!r}, but torch sees no CUDA GPU here: use device auto or cpu")
+    return device, dtype
+
+def drafter_to(d:Drafter, device:str, dtype:str) -> Drafter:
+    "Move the drafter to `device` in `dtype`, its rotary tables left in float32 (as the target keeps its own)."
+    d = d.to(device)
+    for name, m in d.named_children():
+        if name != "rotary": m.to(getattr(torch, dtype))
+    return d
+
+# %% ../nbs/10_evaluate.ipynb #76a3a1f4
+def param_count(config:dict) -> int:
+    "Parameters of a decoder-only target from its `config.json`: dense, mixture-of-experts, latent attention (MLA)."
+    c = config.get("text_config") or config      # multimodal wrappers (Kimi-K2.5) keep the language model here
+    H, V, L, nh = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["num_attention_heads"]
+    hd, kvh = c.get("head_dim") or H // nh, c.get("num_key_value_heads") or nh
+    if c.get("kv_lora_rank"):                    # DeepSeek-V3 / Kimi latent attention
+        nope, rope, r, qr, vd = (c[n] for n in ("qk_nope_head_dim", "qk_rope_head_dim", "kv_lora_rank",
+                                                 "q_lora_rank", "v_head_dim"))
+        attn = ((H * qr + qr * nh * (nope + rope)) if qr else H * nh * (nope + rope)) + H * (r + rope) \
+               + r * nh * (nope + vd) + nh * vd * H
+    else: attn = 2 * H * nh * hd + 2 * H * kvh * hd
+    dense = 3 * H * c["intermediate_size"]
+    E = c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts") or 0   # experts per layer
+    if E:
+        Im = c.get("moe_intermediate_size") or c["intermediate_size"]
+        moe = (E + (c.get("n_shared_experts") or 0)) * 3 * H * Im + H * E                    # + the router
+        n_dense = c.get("first_k_dense_replace") or 0
+        mlp = n_dense * dense + (L - n_dense) * moe
+    else: mlp = L * dense
+    return V * H * (1 if c.get("tie_word_embeddings") else 2) + L * attn + mlp + (2 * L + 1) * H
+
+def device_memory(device:str) -> int:
+    "Bytes `device` holds: a GPU's memory, or the machine's RAM for the CPU."
+    if str(device).startswith("cuda"): return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+# %% ../nbs/10_evaluate.ipynb #143710e0
+class TooLarge(InputError):
+    "The target does not fit one process: measure it where it is served (vLLM's or SGLang's own counters)."
+
+def check_fits(config:dict, dtype:str, device:str, available:int|None=None # bytes (default: `device_memory`)
+              ) -> int:
+    "The weights' bytes (parameters × dtype bytes), or an InputError before loading when one device cannot hold them."
+    n = param_count(config)
+    need = n * torch.finfo(getattr(torch, dtype)).bits // 8
+    have = device_memory(device) if available is None else available
+    if need > have:
+        raise TooLarge(
+            f"the target's weights need about {need / 2**30:,.0f} GiB in {dtype} ({n / 1e9:,.1f} B parameters, from "
+            f"its config.json) but {device} holds {have / 2**30:,.0f} GiB: one process cannot hold this target, so "
+            "evaluate cannot run it. Serve the export instead (eagle3nb export; vLLM --speculative-config or SGLang "
+            "--speculative-algorithm EAGLE3) and read the server's counters: vLLM's /metrics "
+            "vllm:spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens (τ = 1 + accepted / drafts), "
+            "SGLang's logged accept length")
+    return need
+
 # %% ../nbs/10_evaluate.ipynb #b5bd465e
 def tau_sim_by_k(metrics_path, ks) -> dict|None:
     ("Training's predicted held-out τ for each chain length K, `by_k`: the server walk `tau_walk_k` over its greedy "
@@ -358,14 +619,8 @@ def tau_sim_by_k(metrics_path, ks) -> dict|None:
     rows = [r for _, r in JsonlReader(p) if r.get("split") == "heldout"] or [r for _, r in JsonlReader(p)]
     if not rows or "cond_acc_k" not in rows[-1]: return None
     r = rows[-1]
-    ca, walked, every = r["cond_acc_k"], r.get("tau_walk_k") or [], {}
-    for K in ks:
-        if K > len(ca): continue
-        full, prod = [], 1.0
-        for c in ca[:K]:
-            prod *= c
-            full.append(prod)
-        every[K] = round(1 + sum(full), 5)
+    ca, walked = r["cond_acc_k"], r.get("tau_walk_k") or []
+    every = {K: tau_sim(r["full_acc_k"], K) for K in ks if K <= len(ca)}
     return {"split": r.get("split"), "step": r.get("step"), "tau_sim": r.get("tau_sim"), "tau_walk": r.get("tau_walk"),
             "walk_records": r.get("walk_records", 0),
             "by_k": {K: walked[K - 1] for K in ks if K <= len(walked) and walked[K - 1] is not None},
@@ -450,15 +705,21 @@ class EvaluateConfig:
     temperature: float = 0.0  # 0 is greedy (and lossless); above it, speculative sampling
     draft_sample: str = "greedy"  # at T > 0: greedy (argmax drafts, vLLM's default) or probabilistic
     ngram: bool = True  # n-gram prompt lookup beside the drafter
+    device: str = "auto"  # auto (a GPU where one exists, else the CPU), cpu, cuda or cuda:N: target and drafter
+    dtype: str = "auto"  # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16 or float16
+    batch_size: int = 1  # prompts in flight at once (each row its own KV caches; rows leave as they finish)
 
 # %% ../nbs/10_evaluate.ipynb #d1b7aec5
 def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl), writes evaluate/
              prompts, # JSONL of held-out prompt records (`prompt_ids`) or conversations (`messages`)
              drafter=None, # a drafter directory (default: RUN/train/drafter)
              ks=range(1, 8), # the K of the real loop (at T=0 every K is also replayed: `report["by_k"]`)
-             temperature:float=0.0, max_new_tokens:int=128, limit:int|None=None,
+             temperature:float=0.0, max_new_tokens:int=128, n_prompts:int|None=None,
              ngram:bool=True, progress:bool=True,
              draft_sample:str="greedy", # at T > 0: "greedy" argmax drafts (vLLM's default) or "probabilistic"
+             device:str="auto", # auto (a GPU where one exists, else the CPU), cpu, cuda, cuda:N
+             dtype:str="auto", # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16, float16
+             batch_size:int=1, # prompts in flight at once
             ) -> dict:
     "Measure the drafter by draft-and-verify decoding beside n-gram lookup, each at its best K; write report and plots."
     from eagle3nb.models import load_target
@@ -469,12 +730,15 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     d = load_drafter(ddir)
     ttt = (read_json(ddir/"config.json").get("eagle3nb_train") or {}).get("ttt_steps")
     tgt = load_target(d.config.target)
-    recs = prompt_records(prompts, tgt.tokenizer, limit)     # conversation rows rendered for turn 0
+    device, dtype = resolve_device(device, dtype, tgt.config())
+    weight_bytes = check_fits(tgt.config(), dtype, device)      # before any weight is read
+    recs = prompt_records(prompts, tgt.tokenizer, n_prompts)     # conversation rows rendered for turn 0
     checked = check_drafter_heldout(recs, ddir, str(prompts))   # before any forward: never what it trained on
     ps = [(r["id"], r["prompt_ids"]) for r in recs]
-    model, eos = tgt.load_model("float32"), eos_ids(tgt.path, tgt.tokenizer)
-    ks = list(ks)
-    res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress, draft_sample == "greedy")
+    model, eos = tgt.load_model(dtype, device), eos_ids(tgt.path, tgt.tokenizer)
+    d, ks = drafter_to(d, device, dtype), list(ks)
+    res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress, draft_sample == "greedy",
+                batch_size)
     eagle_ks, ngram_ks = list(range(1, max(ks + [ttt or 0]) + 1)), list(range(1, max(ks + [7]) + 1)) if ngram else []
     if temperature == 0: by_k = replay(model, d, ps, res["outputs"], eagle_ks, ngram_ks, progress=progress)
     else: by_k = {m: rs for m in ("eagle3", "ngram")
@@ -488,7 +752,10 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
                          "prompts": str(prompts), "prompts_name": Path(prompts).name, "n_prompts": len(ps), "ks": ks,
                          "heldout_check": checked,
                          "chain": True, "temperature": temperature, "max_new_tokens": max_new_tokens,
-                         "dtype": "float32", "draft_sample": draft_sample, "drafter_ttt_steps": ttt,
+                         "dtype": dtype, "device": device, "batch_size": batch_size,
+                         "weights_gib": round(weight_bytes / 2**30, 3),
+                         "lossless_reference": f"the target alone, {dtype} on {device}, batch_size {batch_size}",
+                         "draft_sample": draft_sample, "drafter_ttt_steps": ttt,
                          "by_k_source": "replay" if temperature == 0 else "loop",
                          "by_k_ks": {m: [r["k"] for r in rs] for m, rs in by_k.items()},
                          "tokens_per_forward": "output tokens / target forwards, the prefill forward counted",

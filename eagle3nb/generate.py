@@ -228,11 +228,11 @@ def engines_for(cfg:GenerateConfig, # `engine`, `urls` and the HTTP settings
 async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`, writes `generate/`)
                          engines:list, # started or unstarted engines (`SGLangEngine`, `VLLMEngine`, `LocalEngine`)
                          sampling:Sampling, # sampling for every item (the seed, if any, is offset per sample)
-                         n:int=1, # samples per prompt
+                         n_samples:int=1, # samples per prompt
                          concurrency:int=16, # requests in flight per engine
                          retry_failed:bool=False, # put earlier failures back in the queue
-                         limit:int|None=None, # only the first `limit` prompts
-                         prompts_path=None, # read prompts from here instead of `run/prompts/prompts.jsonl`
+                         n_prompts:int|None=None, # only the first N prompts
+                         prompts_file=None, # read prompts from here instead of `run/prompts/prompts.jsonl`
                          progress:bool=True,
                          max_prompt_tokens:int|None=None, # skip longer prompts (default: smallest engine context - 2)
                          batch_size:int=1, # prompts per request where the engine takes batches (SGLang)
@@ -242,11 +242,11 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     t0 = time.time()
     out = stage_dir(run, "generate")
     ok_p, fail_p, skip_p = out/"generations.jsonl", out/"failed.jsonl", out/"skipped.jsonl"
-    ppath = Path(prompts_path) if prompts_path else Path(run)/"prompts"/"prompts.jsonl"
+    ppath = Path(prompts_file) if prompts_file else Path(run)/"prompts"/"prompts.jsonl"
     if not ppath.exists(): raise InputError(f"{ppath}: no prompts; run `eagle3nb prepare` first")
     prompts = [o for _, o in JsonlReader(ppath)]
-    if limit is not None: prompts = prompts[:limit]
-    _lock_sampling(out, sampling, n, fresh)   # before any engine starts: a refusal costs nothing
+    if n_prompts is not None: prompts = prompts[:n_prompts]
+    _lock_sampling(out, sampling, n_samples, fresh)   # before any engine starts: a refusal costs nothing
     infos = [await e.start() for e in engines]
     ctx = [i.get("context_length") for i in infos if i.get("context_length")]
     # SGLang refuses prompt + max_new_tokens >= context length: a prompt needs room for at least one new token
@@ -257,7 +257,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     if retry_failed and failed:
         _rewrite_without(fail_p, failed)
         failed = set()
-    items, dups, item_ids = _pending(prompts, n, sampling, done | failed | skipped)
+    items, dups, item_ids = _pending(prompts, n_samples, sampling, done | failed | skipped)
     queue = asyncio.Queue()
     for it in items: queue.put_nowait(it)
     bar = tqdm(total=len(items), desc="generate", unit="req", disable=not progress)
@@ -269,18 +269,18 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     bar.close()
     dt, stats = time.time() - t0, outcomes.stats
     all_ok = [o for _, o in JsonlReader(ok_p)]
-    ok_recs = [o for o in all_ok if o["id"] in item_ids]   # counted against this run's items (--limit, --prompts)
+    ok_recs = [o for o in all_ok if o["id"] in item_ids]   # counted against this run's items (n_prompts, prompts_file)
     fail_ids, skip_ids = _ids_in(fail_p), _ids_in(skip_p)
     n_ok, n_fail, n_skip = len(ok_recs), len(fail_ids & item_ids), len(skip_ids & item_ids)
-    n_items = len(prompts) * n
+    n_items = len(prompts) * n_samples
     counts = {"items": n_items, "success": n_ok, "failed": n_fail, "skipped": n_skip,
-              "this_run": stats, "prompts": len(prompts), "n": n,
+              "this_run": stats, "prompts": len(prompts), "n": n_samples,
               "not_in_items": {"success": len(all_ok) - n_ok, "failed": len(fail_ids - item_ids),
                                "skipped": len(skip_ids - item_ids)}}
     Tally(read=n_items, accepted=n_ok, rejected=Counter(failed=n_fail, skipped=n_skip)).check(out)
     return write_manifest(out, "generate",
-        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n, "concurrency": concurrency,
-                "batch_size": batch_size, "limit": limit, "engines": infos, "max_prompt_tokens": max_prompt_tokens},
+        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n_samples, "concurrency": concurrency,
+                "batch_size": batch_size, "limit": n_prompts, "engines": infos, "max_prompt_tokens": max_prompt_tokens},
         counts=counts,
         timings={"seconds": round(dt, 3), "new_tokens_per_s": round(stats["tokens"] / dt, 1) if dt else None},
         summary=summarize(ok_recs))

@@ -90,7 +90,7 @@ def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     g, prompts = c.generate, run/"generate_prompts.jsonl"
     write_jsonl_atomic(prompts, _prompt_split(run, c)[0])   # the training side's first [generate] n_prompts
     engines, stop = engines_for(g, c.target)
-    try: return generate_summary(generate(run, engines, g.sampling, n=g.n_samples, prompts_path=prompts,
+    try: return generate_summary(generate(run, engines, g.sampling, n_samples=g.n_samples, prompts_file=prompts,
                                           concurrency=g.concurrency, batch_size=g.batch_size, fresh=fresh))
     finally: stop()
 
@@ -113,15 +113,17 @@ def _stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 
 def _stage_context(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.context import context
-    if c.train.source == "online" or not c.context.n_prompts:
+    if c.train.source != "offline" or not c.context.n_prompts:
         (run/"context"/"records.jsonl").unlink(missing_ok=True)
-        return "context: none ([context] n_prompts is 0, or training is online)"
+        return "context: none ([context] n_prompts is 0, or training is online or streamed)"
     heldout_prompts(run, c)   # its conversations stay out of the context records
     return context_summary(context(run, c.context, share=c.data.heldout_share))
 
 def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
-    if c.train.source == "online":
-        return "capture: skipped (train.source is online: the target runs in the training loop)"
+    if c.train.source != "offline":
+        return (f"capture: skipped (train.source is {c.train.source}: " +
+                ("the target runs in the training loop)" if c.train.source == "online" else
+                 "training requests the states from vLLM servers as it goes, through a bounded spool)"))
     from eagle3nb.context import capture_records
     k = c.capture
     if k.engine == "vllm":
@@ -138,10 +140,14 @@ def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     return train_summary(train(run, aux_layers=c.capture.aux_layers, fresh=fresh, **t))
 
 def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
-    from eagle3nb.evaluate import evaluate
+    from eagle3nb.evaluate import TooLarge, evaluate
     e = c.evaluate
-    rep = evaluate(run, heldout_prompts(run, c), ks=e.ks, temperature=e.temperature, max_new_tokens=e.max_new_tokens,
-                   ngram=e.ngram, draft_sample=e.draft_sample)
+    try: rep = evaluate(run, heldout_prompts(run, c), ks=e.ks, temperature=e.temperature,
+                        max_new_tokens=e.max_new_tokens, ngram=e.ngram, draft_sample=e.draft_sample, device=e.device,
+                        dtype=e.dtype, batch_size=e.batch_size)
+    except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
+        (run/"evaluate"/"report.json").unlink(missing_ok=True)
+        return f"evaluate: not run in this process: {err}"
     return evaluate_summary(rep)
 
 def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
@@ -193,7 +199,10 @@ def train_need(c:PipelineConfig, shape:dict) -> dict:
     n_aux, kvd = len(c.capture.aux_layers or [0, 0, 0]), shape["kv_heads"] * shape["head_dim"]
     layer = 2 * H * shape["heads"] * shape["head_dim"] + 2 * (2 * H * kvd) + shape["heads"] * shape["head_dim"] * H
     trained = n_aux * H * H + layer + 3 * H * shape["intermediate"] + H * N
-    logits = t.ttt_steps * t.batch_tokens * N * 4    # each step's draft-vocabulary logits, kept for the backward pass
+    # the teacher's table over the batch, and each step's draft logits: all kept for the backward pass, or one chunk
+    # of rows at a time (recomputed in the backward) with `loss_chunk`
+    steps = 3 * t.loss_chunk if t.loss_chunk else t.ttt_steps * t.batch_tokens
+    logits = (t.batch_tokens + steps) * N * 4
     return {"N": N, "trained_params": trained, "frozen_params": shape["vocab"] * H,
             "state_bytes": 16 * trained + 4 * shape["vocab"] * H, "logits_bytes": logits}
 
@@ -224,12 +233,15 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False) -> list:
         out.append(f"  capture  [{runs('capture')}]: {'' if n['exact'] else '≤ '}{n['tokens']:,} tokens × "
                    f"{n['bytes_per_token']:,} B/token ({c.capture.dtype}) = {_gib(n['bytes'])}; "
                    f"{_gib(n['shard_bytes'])} a shard of {c.capture.shard_tokens:,} tokens; {_gib(free)} free")
-    else: out.append(f"  capture  [{runs('capture')}]: " + ("nothing stored (training is online)"
-                                                             if c.train.source == "online" else "sizes unknown"))
+    else:
+        what = {"online": "nothing stored (training is online)",
+                "stream": f"streamed: at most {c.train.spool_gb} GB spooled at once"}
+        what = what.get(c.train.source, "sizes unknown")
+        out.append(f"  capture  [{runs('capture')}]: {what}")
     if shape:
         t = train_need(c, shape)
         out.append(f"  train    [{runs('train')}]: K={c.train.ttt_steps}, N={t['N']:,}: {t['trained_params']:,} "
-                   f"trained parameters; weights and AdamW {_gib(t['state_bytes'])}, draft logits kept for the "
+                   f"trained parameters; weights and AdamW {_gib(t['state_bytes'])}, logits kept for the "
                    f"backward {_gib(t['logits_bytes'])} a step ({c.train.batch_tokens:,} tokens)")
     out.append(f"  evaluate [{runs('evaluate')}]: {'every' if e.n_prompts is None else e.n_prompts} held-out "
                f"prompts × ≤ {e.max_new_tokens} tokens, K in {e.ks}")

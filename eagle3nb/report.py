@@ -6,7 +6,7 @@
 from __future__ import annotations
 import base64, html, json
 from pathlib import Path
-from .core import STAGES, atomic_write_text, read_json, read_manifest
+from .core import STAGES, atomic_write_text, md_table, read_json, read_manifest
 
 # %% auto #0
 __all__ = ['prepare_summary', 'generate_summary', 'validate_summary', 'capture_summary', 'context_summary', 'train_summary',
@@ -54,8 +54,9 @@ def capture_summary(m:dict) -> str:
 def context_summary(m:dict) -> str:
     c, k = m["counts"], m["config"]
     return (f"context: {c['records']} records from {c['candidates']} unused training-side prompts "
-            + (f"with the dataset's replies (≤ {k['max_reply_tokens']} tokens); {c['passed_over']} passed over, "
-               f"no reply passing every check ({', '.join(f'{r} {n}' for r, n in c['passed_over_by_reason'].items())})"
+            + (f"with the dataset's replies (≤ {k['max_reply_tokens']} tokens); {c['passed_over']} passed over"
+               + (f", no reply passing every check ({_reasons(c['passed_over_by_reason'])})"
+                  if c["passed_over"] else "")
                if k["replies"] else "alone (prompt positions only: loss_positions \"all\")"))
 
 def train_summary(m:dict) -> str:
@@ -90,10 +91,6 @@ def evaluate_summary(report:dict) -> str:
                               "no K beats the target alone: serve without speculation"))
 
 # %% ../nbs/12a_report.ipynb #a622be2e
-def _md_table(head:list, rows:list) -> str:
-    return "\n".join(["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)] +
-                     ["| " + " | ".join(map(str, r)) + " |" for r in rows])
-
 def render_markdown(blocks:list, base:Path) -> str:
     "Blocks (`('h1'|'h2'|'p'|'code'|'table'|'img', ...)`) as Markdown; images link relative to `base`."
     out = []
@@ -102,7 +99,7 @@ def render_markdown(blocks:list, base:Path) -> str:
         if k in ("h1", "h2"): out.append(("#" if k == "h1" else "##") + " " + b[1])
         elif k == "p": out.append(b[1])
         elif k == "code": out.append("```sh\n" + b[1] + "\n```")
-        elif k == "table": out.append(_md_table(b[1], b[2]))
+        elif k == "table": out.append(md_table(b[1], b[2]))
         elif k == "img": out.append(f"![{b[2]}]({Path(b[1]).relative_to(base).as_posix()})")
     return "\n\n".join(out) + "\n"
 

@@ -93,7 +93,8 @@ MAIN_JOB = {
     "generate": {"engine": "serve", "n_prompts": 64, "max_new_tokens": 384},
     "train": {"ttt_steps": 3, "epochs": 4, "lr": 2e-3, "draft_vocab_size": 4096, "batch_tokens": 1024,
               "init_fc": "high", "loss_positions": "all", "bf16": "auto", "warmup_steps": 10, "heldout": 0.1,
-              "eval_every": 40, "ckpt_every": 40},
+              "eval_every": 40, "ckpt_every": 40,
+              "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
     "evaluate": {"n_prompts": 8, "ks": [1, 3], "max_new_tokens": 96},
 }
 SIZES = {
@@ -146,8 +147,11 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
                          "`eagle3nb capture --print_server_command`), and only it takes them")
     bad = [f for f in c.export.formats if f not in ("speculators", "sglang")]
     if bad: raise InputError(f"[export] formats: {bad} unknown; use speculators and/or sglang")
-    if c.train.source not in ("offline", "online"):
-        raise InputError(f"[train] source = {c.train.source!r}: use offline or online")
+    if c.train.source not in ("offline", "online", "stream"):
+        raise InputError(f"[train] source = {c.train.source!r}: use offline, online or stream")
+    if c.train.source == "stream" and not c.train.urls:
+        raise InputError("[train] source = \"stream\" needs [train] urls: vLLM servers started with the command "
+                         "`eagle3nb capture --print_server_command` prints")
     if not c.evaluate.ks or any(not isinstance(k, int) or k < 1 for k in c.evaluate.ks):
         raise InputError(f"[evaluate] ks = {c.evaluate.ks}: a list of chain lengths ≥ 1, e.g. [1, 2, 3]")
     if c.evaluate.draft_sample not in ("greedy", "probabilistic"):

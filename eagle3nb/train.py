@@ -6,7 +6,7 @@
 from __future__ import annotations
 import functools, hashlib, json, math, os, random, time
 from collections import Counter
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 import torch
 from .core import (InputError, JsonlReader, atomic_write_text, manifest_config, read_json, read_manifest,
@@ -17,10 +17,10 @@ from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_lef
 # %% auto #0
 __all__ = ['STAT_KEYS', 'BF16', 'loss_positions_mask', 'captured_masks', 'label_counts', 'DraftVocab', 'draft_vocab',
            'run_of_ones', 'chain_slots', 'Batch', 'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource',
-           'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'summarize_stats', 'add_stats',
-           'walk', 'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16', 'use_bf16', 'TrainConfig', 'lr_at',
-           'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'walk_ids', 'train',
-           'plot_training']
+           'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'tau_sim', 'summarize_stats',
+           'add_stats', 'walk', 'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16', 'use_bf16',
+           'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'walk_ids',
+           'train', 'plot_training']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
 def loss_positions_mask(loss_mask, lengths, which:str="labels"):
@@ -308,6 +308,12 @@ def ttt_loss(drafter:Drafter, batch:Batch, plans:list, decay:float=0.8, denomina
                       "right": int(right.sum()), "slots": len(mp.b), "full": int(alive.sum()), "chains": n_chain})
     return (loss, stats, length) if runs else (loss, stats)
 
+# %% ../nbs/09_train.ipynb #98ee8bd6
+def tau_sim(full_acc_k:list, # per step k, the share of chains whose first k+1 drafts all match
+            K:int|None=None) -> float:
+    "τ_sim at chain length K (default: all): `1 + Σ_{k<K} full_acc_k`, the expected tokens a verify forward yields."
+    return round(1 + sum(full_acc_k[:K]), 5)
+
 # %% ../nbs/09_train.ipynb #e07b6c91
 def summarize_stats(stats:list) -> dict:
     "Metrics from per-step sums (of one or many batches, added up)."
@@ -319,7 +325,7 @@ def summarize_stats(stats:list) -> dict:
     cond = [full[0]] + [full[k] / full[k - 1] if full[k - 1] else 0.0 for k in range(1, K)]
     r = lambda xs: [None if x is None else round(x, 5) for x in xs]
     return {"loss_k": r(loss), "acc_k": r(acc), "full_acc_k": r(full), "cond_acc_k": r(cond),
-            "tau_sim": round(1 + sum(full), 5), "supervised": [g(k, "supervised") for k in range(K)]}
+            "tau_sim": tau_sim(full), "supervised": [g(k, "supervised") for k in range(K)]}
 
 # %% ../nbs/09_train.ipynb #52886190
 def add_stats(a:list|None, b:list) -> list:
@@ -410,15 +416,24 @@ class TrainConfig:
     ckpt_every: int = 100  # checkpoint every N steps
     log_every: int = 10  # log train metrics every N steps
     seed: int = 0  # model init, batch order and held-out split
-    source: str = "offline"  # offline (captured shards) or online (the target runs in the loop)
+    source: str = "offline"  # offline (captured shards), online (the target runs in the loop) or stream (vLLM servers)
     norm_before_residual: bool = False  # the residual branches off the normed fed state
     init_lm_head: str = "target"  # target rows of the draft vocabulary, or random
     init_fc: str = "random"  # random, or high: fc starts as the identity on the highest aux layer
     loss_positions: str = "labels"  # labels: the loss mask; all: every position (prompts too, the target's soft labels)
     loss_chunk: int | None = 1024  # loss rows per chunk, logits recomputed in backward (memory ∝ chunk·N); 0: unchunked
     bf16: str = "gpu"  # bf16 autocast: gpu (there only; fp32 on CPU), auto (GPU or CPU with bf16 units), always, never
+    urls: list = field(default_factory=list)  # source stream: vLLM servers started with `vllm_capture_command`
+    spool_gb: float = 4.0  # source stream: the most the spool (run/spool) holds at once, requests in flight included
+    keep_spool: bool = False  # source stream: keep the states (the spool becomes an offline capture), not delete them
+    spool_dtype: str = "bfloat16"  # source stream: storage dtype of the states, as capture's dtype
+    stream_concurrency: int = 4  # source stream: requests in flight per server
     def check(self):
-        if self.source not in ("offline", "online"): raise InputError(f"source={self.source!r}: use offline or online")
+        if self.source not in ("offline", "online", "stream"):
+            raise InputError(f"source={self.source!r}: use offline, online or stream")
+        if self.source == "stream" and not self.urls:
+            raise InputError("source stream needs --urls: vLLM servers started with the command "
+                             "`eagle3nb capture --engine vllm --print_server_command` prints")
         if self.init_lm_head not in ("target", "random"):
             raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
         if self.init_fc not in ("random", "high"): raise InputError(f"init_fc={self.init_fc!r}: use random or high")
@@ -522,7 +537,8 @@ def latest_checkpoint(ckpt_dir) -> Path|None:
 
 # %% ../nbs/09_train.ipynb #f7dac218
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every")
-_RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, "loss_chunk")]  # how, not what
+_HOW_KEYS = ("loss_chunk", "urls", "spool_gb", "keep_spool", "spool_dtype", "stream_concurrency")  # how, not what
+_RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
 
 def _check_resume(prev:dict, cfg:TrainConfig, where):
     "Refuse to resume a run trained with other settings."
@@ -563,6 +579,9 @@ def _source(run:Path, cfg:TrainConfig, target, aux_layers, records):
         vm = run/"validate"/"manifest.json"
         if not vm.exists(): raise InputError(f"{vm} is missing: online training needs --target (or a validated run)")
         target = read_manifest(run/"validate")["config"]["target"]
+    if cfg.source == "stream":                           # the states come from vLLM servers as training runs
+        from eagle3nb.stream import StreamSource
+        return StreamSource(run, records or run/"validate"/"records.jsonl", target, cfg, aux_layers)
     return OnlineSource(records or run/"validate"/"records.jsonl", target, aux_layers)
 
 # %% ../nbs/09_train.ipynb #e981c5f3

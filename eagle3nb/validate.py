@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from fastcore.basics import patch
 from .core import (InputError, JsonlReader, JsonlWriter, PromptRecord, Tally, atomic_write_text,
-                           first_diff, jsonl_writers_atomic, manifest_config, read_manifest, stage_dir, write_json,
-                           write_manifest)
+                           first_diff, jsonl_writers_atomic, manifest_config, md_table, read_manifest, stage_dir,
+                           write_json, write_manifest)
 from .models import load_tokenizer
 from .prompts import render_prompt, normalize_row, Reject
 
@@ -640,16 +640,15 @@ def report_markdown(r:dict) -> str:
     L = [f"# Validation report ({r['family']})", "",
          f"read {c['read']}, **accepted {c['accepted']}**, rejected {c['rejected']}; "
          f"truncated kept: {r['truncated_kept']}; next-turn prompts: {r['next_turn_prompts']}", "",
-         "| check | samples failing |", "|---|---|"]
-    L += [f"| `{k}` | {v} |" for k, v in r["failed_checks"].items()] or ["| (none) | 0 |"]
-    L += ["", "| must not appear in an output | check | seen in |", "|---|---|---|"]
-    L += [f"| `{m['token']}`" + (f" ({m['id']})" if m["id"] is not None else "") + f" | `{m['reason']}` | "
-          f"{', '.join(m['seen_in'])} |" for m in r.get("forbidden_markers", [])]
-    L += ["", "| finish reason | samples |", "|---|---|"] + [f"| {k} | {v} |" for k, v in r["finish_reasons"].items()]
-    L += ["", "| output length | accepted | rejected |", "|---|---|---|"]
-    for b in r["output_length"]["accepted"]["buckets"]:
-        L.append(f"| {b} | {r['output_length']['accepted']['buckets'][b]} | "
-                 f"{r['output_length']['rejected']['buckets'][b]} |")
+         md_table(["check", "samples failing"],
+                  [[f"`{k}`", v] for k, v in r["failed_checks"].items()] or [["(none)", 0]]), "",
+         md_table(["must not appear in an output", "check", "seen in"],
+                  [[f"`{m['token']}`" + (f" ({m['id']})" if m["id"] is not None else ""), f"`{m['reason']}`",
+                    ", ".join(m["seen_in"])] for m in r.get("forbidden_markers", [])]), "",
+         md_table(["finish reason", "samples"], [[k, v] for k, v in r["finish_reasons"].items()]), "",
+         md_table(["output length", "accepted", "rejected"],
+                  [[b, n, r["output_length"]["rejected"]["buckets"][b]]
+                   for b, n in r["output_length"]["accepted"]["buckets"].items()])]
     for check, exs in r["examples"].items():
         L += ["", f"## `{check}`", ""]
         for e in exs:

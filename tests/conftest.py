@@ -76,3 +76,15 @@ def vllm_process(model, log, *extra, max_model_len:int=1024, timeout:float=500):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (`pytest -m cuda`); skipped where none is visible")
+
+def pytest_collection_modifyitems(config, items):
+    "Skip the cuda tier, saying why, where torch sees no CUDA GPU."
+    marked = [it for it in items if it.get_closest_marker("cuda")]
+    if not marked: return
+    import torch
+    if torch.cuda.is_available(): return
+    skip = pytest.mark.skip(reason="cuda tier: torch.cuda.is_available() is false on this machine (no CUDA GPU)")
+    for it in marked: it.add_marker(skip)

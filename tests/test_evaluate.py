@@ -128,7 +128,7 @@ def test_evaluate_draft_sample(tmp_path):
     for mode in ("greedy", "probabilistic", None):
         kw = {} if mode is None else {"draft_sample": mode}
         rep = evaluate(tmp_path, tmp_path/"p.jsonl", ks=[3], temperature=1.0, max_new_tokens=12, ngram=False,
-                       progress=False, **kw)
+                       progress=False, device="cpu", **kw)
         assert rep["config"]["draft_sample"] == (mode or "greedy")
         row = next(r for r in rep["rows"] if r["method"] == "eagle3")
         _, st = run_prompts(model, ps, 12, eos, drafter=d, k=3, method="eagle3", temperature=1.0,

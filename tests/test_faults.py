@@ -238,7 +238,7 @@ def test_rerun_with_a_smaller_limit_or_other_prompts(tmp_path):
     with FaultServer() as srv:
         m, _ = run_generate(run, srv.url)
         assert (m["counts"]["success"], m["counts"]["failed"]) == (6, 1)
-        m2, _ = run_generate(run, srv.url, limit=3)
+        m2, _ = run_generate(run, srv.url, n_prompts=3)
         c = m2["counts"]
         assert (c["items"], c["success"], c["failed"], c["skipped"]) == (3, 3, 0, 0)
         assert c["not_in_items"] == {"success": 3, "failed": 1, "skipped": 0}
@@ -246,7 +246,7 @@ def test_rerun_with_a_smaller_limit_or_other_prompts(tmp_path):
         other = tmp_path/"other.jsonl"
         with JsonlWriter(other) as w:
             for i in (4, 5, 6, 7): w.write({"id": f"ok-{i}", "prompt_ids": PROMPT})
-        m3, _ = run_generate(run, srv.url, prompts_path=other)
+        m3, _ = run_generate(run, srv.url, prompts_file=other)
         c = m3["counts"]
         assert (c["items"], c["success"], c["this_run"]["new_ok"]) == (4, 4, 2)
         assert c["not_in_items"] == {"success": 4, "failed": 1, "skipped": 0}

@@ -68,7 +68,7 @@ def test_sglang_wire_shapes(server, local):
     assert all(parts[i]["output_ids"] == parts[-1]["output_ids"][:len(parts[i]["output_ids"])]
                for i in range(len(parts)))
     # the default max_new_tokens is SGLang's 128 when the field is omitted
-    d = httpx.post(server + "/generate",
+    d = httpx.post(server + "/generate", timeout=120,     # 128 tokens: seconds on a loaded 2-core machine
                    json={"input_ids": p, "sampling_params": {"temperature": 0, "ignore_eos": True}}).json()
     assert d["meta_info"]["completion_tokens"] <= 128
     for path in ("/health", "/health_generate"): assert httpx.get(server + path).status_code == 200

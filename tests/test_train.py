@@ -1,4 +1,5 @@
-"Drafter training: exact resume after kill -9, 2 torchrun processes = 1, online = offline, bad settings refused, learnability."
+"""Drafter training: exact resume after kill -9, 2 torchrun processes = 1, online = offline, bad settings refused,
+learnability."""
 import json, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
@@ -45,7 +46,8 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(captured, tmp_path):
     p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ck, t0 = cut/"train/checkpoints", time.time()
     while not list(ck.glob("step-000008.pt")) and time.time() - t0 < 300 and p.poll() is None: time.sleep(0.02)
-    p.send_signal(signal.SIGKILL); p.wait()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
     assert not (cut/"train/manifest.json").exists(), "killed too late to test resume"
     done_before = max(r["step"] for r in _train_rows(cut))
     assert 8 <= done_before < 16
@@ -53,10 +55,12 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(captured, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     a, b = _train_rows(ref), _train_rows(cut)
     assert [x["step"] for x in b] == list(range(1, 17))            # every step once, none twice
-    for x, y in zip(a, b): assert (x["loss_k"], x["acc_k"], x["tau_sim"]) == (y["loss_k"], y["acc_k"], y["tau_sim"]), x["step"]
+    for x, y in zip(a, b):
+        assert (x["loss_k"], x["acc_k"], x["tau_sim"]) == (y["loss_k"], y["acc_k"], y["tau_sim"]), x["step"]
     m = read_manifest(cut/"train")
     assert m["counts"]["steps"] == 16 and (cut/"train/drafter/model.safetensors").exists()
-    assert {p.name for p in (cut/"train/plots").glob("*.png")} == {"acceptance_by_position.png", "tau_sim.png", "cond_acc_final.png"}
+    assert {p.name for p in (cut/"train/plots").glob("*.png")} == {"acceptance_by_position.png", "tau_sim.png",
+                                                                "cond_acc_final.png"}
 
 def test_torchrun_two_gloo_processes_follow_one(captured, tmp_path):
     one, two = _copy(captured, tmp_path/"one"), _copy(captured, tmp_path/"two")
@@ -95,11 +99,13 @@ def test_mismatched_layers_or_settings_are_refused(captured, tmp_path):
     assert r.returncode == 2 and "the capture holds aux layers (HF) [2, 4, 5]" in r.stderr
     r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), *ARGS[:-8], "--ckpt_every", "4", "--max_steps", "4"])
     assert r.returncode == 0, r.stderr[-2000:]
-    r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), *ARGS[:-8], "--ckpt_every", "4", "--max_steps", "8", "--lr", "1e-2"])
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(d), *ARGS[:-8], "--ckpt_every", "4", "--max_steps", "8",
+             "--lr", "1e-2"])
     assert r.returncode == 2 and "was trained with lr=0.003" in r.stderr and "--fresh" in r.stderr
 
 def test_drafter_learns_a_tiny_target_and_generalises_to_held_out_records(tmp_path):
-    "Budget: 600 steps of 2k tokens, K=1 — about 30 s on 2 idle CPU cores. A random lm_head start reaches 0.04 by step 200."
+    ("Budget: 600 steps of 2k tokens, K=1 — about 30 s on 2 idle CPU cores. A random lm_head start reaches 0.04 by "
+     "step 200.")
     from eagle3nb.train import train
     _greedy_records(tmp_path, "tiny-bigram", n=1024, prompt_len=12, new=16, vocab=512)
     capture(tmp_path, "tiny-bigram", dtype="float32", progress=False)
@@ -130,7 +136,8 @@ def test_heldout_records_without_labels_are_trained_on(tmp_path):
         assert m["counts"]["train_records"] == 24 - len(set(held) - bare), source
 
 def test_resume_refuses_a_changed_capture(captured, tmp_path):
-    "The checkpoint names the capture it trained on (sha256 of its index); a changed capture is refused, --fresh starts over."
+    ("The checkpoint names the capture it trained on (sha256 of its index); a changed capture is refused, --fresh "
+     "starts over.")
     from eagle3nb.train import train
     d = _copy(captured, tmp_path/"run")
     kw = dict(ttt_steps=1, draft_vocab_size=256, batch_tokens=160, ckpt_every=2, heldout=0.15, progress=False)
@@ -147,17 +154,19 @@ def test_train_and_heldout_metrics_count_the_answers(captured, tmp_path):
     "With the loss on every position, both the train and the held-out rows still measure the answers (the same slots)."
     from eagle3nb.train import train
     d = _copy(captured, tmp_path/"run")
-    m = train(d, ttt_steps=2, draft_vocab_size=49152, max_steps=1, batch_tokens=1 << 16, heldout=0.2, loss_positions="all",
-              log_every=1, eval_every=1, progress=False)
+    m = train(d, ttt_steps=2, draft_vocab_size=49152, max_steps=1, batch_tokens=1 << 16, heldout=0.2,
+              loss_positions="all", log_every=1, eval_every=1, progress=False)
     rows = {r["split"]: r for r in read_jsonl(d/"train/metrics.jsonl")}
     n_tr, n_ho = m["counts"]["train_records"], m["counts"]["heldout_records"]
     assert n_tr and n_ho
-    # each record: 10 prompt tokens, 30 answer tokens; step k drafts from slots 9 .. 37-k (a full vocabulary: all supervised)
+    # each record: 10 prompt tokens, 30 answer tokens; step k drafts from slots 9 .. 37-k
+    # (a full vocabulary: all supervised)
     assert rows["train"]["supervised"] == [n_tr * (29 - k) for k in range(2)], rows["train"]["supervised"]
     assert rows["heldout"]["supervised"] == [n_ho * (29 - k) for k in range(2)], rows["heldout"]["supervised"]
 
 def test_acc_k_counts_out_of_vocabulary_targets_as_misses(captured):
-    "acc_k = draft argmax = target argmax over every answer slot of step k, a target token the drafter cannot propose a miss."
+    ("acc_k = draft argmax = target argmax over every answer slot of step k, a target token the drafter cannot "
+     "propose a miss.")
     from eagle3nb.train import OfflineSource, Teacher, chain_slots, plan_steps, summarize_stats, ttt_loss
     from eagle3nb.drafter import new_drafter, target_lm_head
     src = OfflineSource(captured/"capture")
@@ -182,7 +191,7 @@ def test_tau_walk_walks_greedy_answers_only(tmp_path):
     from eagle3nb.train import heldout_split, train
     _greedy_records(tmp_path, n=16, new=8)
     recs = read_jsonl(tmp_path/"validate/records.jsonl")
-    for r in recs[:6]: r["id"] = "context-" + r["id"]             # a dataset's reply: labels, but not the target's output
+    for r in recs[:6]: r["id"] = "context-" + r["id"]   # a dataset's reply: labels, but not the target's output
     write_jsonl_atomic(tmp_path/"validate/records.jsonl", recs)
     capture(tmp_path, "tiny-llama", dtype="float32", progress=False)
     _, held = heldout_split(sorted(r["id"] for r in recs), 0.5, 0)
@@ -196,7 +205,8 @@ def test_tau_walk_walks_greedy_answers_only(tmp_path):
         assert (row["tau_walk"] is None) == (walked == 0) and m["counts"]["heldout_records"] == len(held)
 
 def test_chunked_loss_gives_the_unchunked_loss_gradients_and_metrics(captured):
-    "float32: `ttt_loss` in chunks of 7 rows (recomputed in backward) = all rows at once, loss and gradients within 1e-5."
+    ("float32: `ttt_loss` in chunks of 7 rows (recomputed in backward) = all rows at once, loss and gradients "
+     "within 1e-5.")
     from eagle3nb.train import OfflineSource, Teacher, draft_vocab, plan_steps, ttt_loss
     from eagle3nb.drafter import new_drafter, target_lm_head
     src = OfflineSource(captured/"capture")
@@ -220,7 +230,8 @@ def test_chunked_loss_gives_the_unchunked_loss_gradients_and_metrics(captured):
             assert {**x, "loss_sum": 0} == {**y, "loss_sum": 0}, which        # acc, full, slots: identical
 
 def test_teacher_argmax_memo_is_cpu_int32_and_unchanged(captured):
-    "The argmax memo holds 4 bytes a token on the CPU; what `argmax` returns is the full-vocabulary argmax, as long ids."
+    ("The argmax memo holds 4 bytes a token on the CPU; what `argmax` returns is the full-vocabulary argmax, as "
+     "long ids.")
     from eagle3nb.train import OfflineSource, Teacher
     from eagle3nb.drafter import target_lm_head
     src = OfflineSource(captured/"capture")
@@ -235,7 +246,8 @@ def test_teacher_argmax_memo_is_cpu_int32_and_unchanged(captured):
 def test_loss_chunk_is_free_to_change_on_resume(captured, tmp_path):
     "Training with loss_chunk=0 (the old path) or in chunks logs the same metrics; a run resumes under another chunk."
     from eagle3nb.train import train
-    kw = dict(ttt_steps=2, draft_vocab_size=256, batch_tokens=160, ckpt_every=2, heldout=0.15, log_every=1, progress=False)
+    kw = dict(ttt_steps=2, draft_vocab_size=256, batch_tokens=160, ckpt_every=2, heldout=0.15, log_every=1,
+              progress=False)
     rows = {}
     for chunk in (0, 5):
         d = _copy(captured, tmp_path/f"c{chunk}")

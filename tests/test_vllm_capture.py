@@ -180,7 +180,7 @@ def test_server_with_other_layers_is_refused_before_anything_is_written(setup):
     s = setup
     run = write_records(s["base"]/"vllm-layers", s["recs"])
     with pytest.raises(InputError) as e:
-        capture_vllm(run, [s["url"]], target="smollm2", layers=[3, 15, 27], progress=False)
+        capture_vllm(run, [s["url"]], target="smollm2", aux_layers=[3, 15, 27], progress=False)
     msg = str(e.value)
     assert "writes layers [2, 15, 27, 30]; this capture needs [3, 15, 27, 30]" in msg and "restart it with:" in msg
     assert '"eagle_aux_hidden_state_layer_ids": [3, 15, 27, 30]' in msg

