@@ -60,7 +60,8 @@ def _training_records(train_dir:Path) -> tuple:
     "`(records file, ids trained on or None for all)` of a training run."
     cfg = read_manifest(train_dir)["config"]
     run, src = train_dir.parent, Path(cfg.get("source_dir") or "")
-    if cfg.get("source") == "online": return (src if src.is_file() else run/"validate"/"records.jsonl"), None
+    if cfg.get("source") in ("online", "stream"):   # nothing captured: the records themselves
+        return (src if src.is_file() else run/"validate"/"records.jsonl"), None
     cap = src if (src/"manifest.json").exists() else run/"capture"
     ids = {o["id"] for _, o in JsonlReader(cap/"index.jsonl")}
     return Path(read_manifest(cap)["config"]["records"]), ids

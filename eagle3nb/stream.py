@@ -240,6 +240,7 @@ def _connect(self:StreamSource):
     if not self.cfg.keep_spool:
         for p in self.spool.files(): p.unlink()          # a killed run's files: recomputed, never trusted
     self._units, self._started, self.closed = None, False, False
+    self.down = set()                                    # urls of servers that stopped answering
     atexit.register(lambda: self.close())               # (`close` is defined below)
 
 # %% ../nbs/07c_stream.ipynb #f7af20eb
@@ -353,13 +354,13 @@ def _produce(self:StreamSource, units):
 
 @patch
 def _work(self:StreamSource, server):
-    "One request at a time to `server`: fetch, check, cast, write to the spool; the outcome under `done`."
+    "One request at a time, to `server` first: fetch, check, cast, write to the spool; the outcome under `done`."
     while not self.closed:
         try: u, rid, need = self.jobs.get(timeout=0.5)
         except queue.Empty: continue
         r, name, size = self.records[rid], None, 0
         try:
-            aux, final, why = _fetch(r, server, self.retries, self.want, self.H, self.aux_layers, self.L, self.norm)
+            aux, final, why = self._fetch_any(r, server)
             if why is None:
                 dt = getattr(torch, _DT[self.cfg.spool_dtype])
                 a, f = aux.to(dt).contiguous(), final.to(dt).contiguous()
@@ -379,6 +380,25 @@ def _work(self:StreamSource, server):
             if self.spool.keep and name: self.kept[rid] = (name, size)
             self.done[rid if self.spool.keep else (u, rid)] = (name, size, why)
             self.cond.notify_all()
+
+# %% ../nbs/07c_stream.ipynb #7b098c11
+@patch
+def _fetch_any(self:StreamSource, r:dict, home) -> tuple:
+    ("`(aux, final, None)` for record `r` from `home`, else from another server; `(None, None, every server's "
+     "reason)` when all of them fail.")
+    order = sorted([home, *(s for s in self.servers if s is not home)], key=lambda s: s.url in self.down)
+    for retries in ((0, self.retries) if len(order) > 1 else (self.retries,)):
+        why = []
+        for s in order:
+            if self.closed: break
+            try:
+                aux, final, w = _fetch(r, s, retries, self.want, self.H, self.aux_layers, self.L, self.norm)
+                gone = w is not None and w.startswith(f"{s.url}: ") and w.endswith(" tries)")   # unreachable
+            except Exception as e: aux, final, w, gone = None, None, f"{s.url}: {type(e).__name__}: {e}", True
+            (self.down.add if gone else self.down.discard)(s.url)
+            if w is None: return aux, final, None
+            why.append(w)
+    return None, None, "; ".join(why) or "stopped"
 
 # %% ../nbs/07c_stream.ipynb #7ffa4487
 @patch

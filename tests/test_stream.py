@@ -1,7 +1,9 @@
 """Streamed training (`source = "stream"`) against a vLLM look-alike that writes hidden states exactly as eagle3nb's
 connector does (tiny-llama's real states, over HTTP): the same batches and losses as offline training on shards
 captured through the same server, a kill -9 of the trainer resumes with every record trained once per epoch, the
-spool stays under its cap, a server with other layers is refused. The real vLLM server: tests/test_vllm_stream.py."""
+spool stays under its cap, a server with other layers is refused; a server dying mid-run hands its records to a
+live one, and a kill -9 of the only server then a rerun resumes with every record accounted.
+The real vLLM server: tests/test_vllm_stream.py."""
 import json, os, signal, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,11 +36,12 @@ def tiny_states():
 
 class FakeServer:
     "A vLLM look-alike on loopback: /v1/models and /v1/completions answering `kv_transfer_params.hidden_states_path`."
-    def __init__(self, storage, layer_ids=None, max_model_len=512, delay=0.0):
+    def __init__(self, storage, layer_ids=None, max_model_len=512, delay=0.0,
+                 die_after=None): # after this many POSTs (the probe's included) it drops the next and stops listening
         cfg = load_target("tiny-llama").config()
         L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
         self.fake = FakeVllm(storage, layer_ids or server_layer_ids(AUX, L), H, L, tiny_states(), max_model_len)
-        fake, self.hits = self.fake, []
+        fake, self.hits, self.posts, self.dead, lock = self.fake, [], 0, False, threading.Lock()
         class H_(BaseHTTPRequestHandler):
             def _send(self, obj):
                 b = json.dumps(obj).encode()
@@ -50,6 +53,14 @@ class FakeServer:
             def do_GET(self): self._send({"data": [{"id": "tiny", "max_model_len": max_model_len}]})
             def do_POST(self):
                 j = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    outer.posts += 1
+                    dies = die_after is not None and outer.posts > die_after and not outer.dead
+                    outer.dead = outer.dead or dies
+                if outer.dead:                       # dies mid-request: no answer, then connections refused
+                    if dies: threading.Thread(target=outer.close, daemon=True).start()
+                    self.close_connection = True
+                    return
                 time.sleep(delay)
                 outer.hits.append(len(j["prompt"]))
                 path = fake.write(j["prompt"])
@@ -59,7 +70,17 @@ class FakeServer:
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), H_)
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
-    def close(self): self.http.shutdown()
+    def close(self):
+        self.http.shutdown()
+        self.http.server_close()
+
+def server_process(storage):
+    "A `FakeServer` in a process of its own, to be killed -9: `(process, url)`."
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import test_stream as t; "
+            "s = t.FakeServer(sys.argv[2]); print(s.url, flush=True); time.sleep(3600)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent), str(storage)],
+                         stdout=subprocess.PIPE, start_new_session=True)
+    return p, p.stdout.readline().decode().strip()
 
 def records(run, n=16, seed=0):
     "tiny-llama's greedy continuations of random 10-token prompts, cut to 20-50 tokens; the continuations labelled."
@@ -234,3 +255,56 @@ def test_torchrun_ranks_stream_disjoint_shares(offline, recs, server, tmp_path):
         assert x["supervised"] == y["supervised"]
         for u, v in zip(x["loss_k"], y["loss_k"]):
             assert abs(u - v) <= 1e-4 * max(1, abs(u)), (x["step"], u, v)
+
+def test_a_dead_servers_records_go_to_a_live_one(offline, recs, server, tmp_path):
+    from eagle3nb.train import train
+    dying = FakeServer(tmp_path/"dying", die_after=6)            # the probe and 5 records, then it dies mid-request
+    try:
+        st = copy(recs, tmp_path/"st")
+        train(st, target="tiny-llama", progress=False, source="stream", urls=[dying.url, server.url],
+              spool_gb=CAP_GB, stream_concurrency=2, **KW)
+    finally: dying.close()
+    assert dying.dead and len(dying.hits) == 6
+    same_curve(offline, st)                                      # nothing lost: the curve of one live server
+    rep = stream_report(st)
+    n_train = read_manifest(offline/"train")["counts"]["train_records"]
+    assert (rep["trained"], rep["failed"], rep["duplicates"], rep["pending"]) == (2 * n_train, 0, 0, 0)
+    assert rep["epochs"]["0"]["trained"] == rep["epochs"]["1"]["trained"] == n_train
+    assert rep["spool_peak_bytes"] <= rep["spool_cap_bytes"]
+
+def test_kill_9_of_the_server_then_rerun(offline, recs, server, tmp_path):
+    st = copy(recs, tmp_path/"st")
+    proc, url = server_process(tmp_path/"doomed")
+    args = [str(BIN/"eagle3nb"), "train", "--run", str(st), "--target", "tiny-llama", "--source", "stream",
+            "--urls", url, "--spool_gb", str(CAP_GB), *(a for k, v in KW.items() for a in (f"--{k}", str(v)))]
+    watch = SpoolWatch(st/"spool")
+    p = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        ck, t0 = st/"train/checkpoints", time.time()
+        while not (ck/"step-000004.pt").exists():
+            assert p.poll() is None and time.time() - t0 < 300, "the trainer ended before the server was killed"
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)                         # the server, not the trainer
+        proc.wait()
+        err = p.communicate(timeout=300)[1].decode()              # the trainer gives up on its own
+    finally:
+        for q in (proc, p):
+            if q.poll() is None: os.killpg(q.pid, signal.SIGKILL)
+    assert p.returncode != 0 and "every record of its batch failed" in err, err[-3000:]
+    killed, last = stream_report(st), int(sorted(ck.glob("step-*.pt"))[-1].name[5:-3])
+    from eagle3nb.train import train
+    train(st, target="tiny-llama", progress=False, source="stream", urls=[server.url], spool_gb=CAP_GB, **KW)
+    seen = watch.close()
+    starts = [r["start"] for r in read_jsonl(st/"train/stream/ledger-r0.jsonl") if "start" in r]
+    assert starts == [0, last] and last >= 4                      # resumed from the killed run's last checkpoint
+    rep = stream_report(st)
+    n_train = read_manifest(offline/"train")["counts"]["train_records"]
+    assert (rep["duplicates"], rep["pending"], rep["attempts"]) == (0, 0, 2)
+    for e in ("0", "1"):                                          # every record of every epoch: trained or failed
+        assert rep["epochs"][e]["trained"] + rep["epochs"][e]["failed"] == n_train, rep["epochs"]
+    assert rep["requeued"] == killed["pending"] > 0               # served after the last checkpoint: served again
+    assert all(why.startswith(url) for why in rep["failed_reasons"].values()), rep["failed_reasons"]
+    assert seen <= rep["spool_cap_bytes"] and 0 < rep["spool_peak_bytes"] <= rep["spool_cap_bytes"]
+    print(f"server killed after checkpoint 4; the trainer stopped at checkpoint {last}, {killed['pending']} records "
+          f"served after it; the rerun requeued {rep['requeued']}, failed {rep['failed']} (the dead server's); "
+          f"spool on disk peaked at {seen} of {rep['spool_cap_bytes']} bytes")

