@@ -149,7 +149,7 @@ class VllmHiddenStates:
         self.tag, self.storage = tag, None   # request ids carry the tag; `storage`: the folder its files are in
         try: data = self.http.get(self.url + "/v1/models").json()["data"]
         except (httpx.HTTPError, ValueError, KeyError) as e:
-            raise InputError(f"--url {url}: no vLLM server answers /v1/models ({e}); {_START}")
+            raise InputError(f"--urls {url}: no vLLM server answers /v1/models ({e}); {_START}")
         self.model, self.max_model_len = data[0]["id"], data[0].get("max_model_len")
 
 # %% ../nbs/07b_capture_vllm.ipynb #a84d1b69

@@ -219,5 +219,5 @@ def make_engine(kind:str, url:str|None=None, target=None, **kw):
         if target is None: raise InputError("--engine local needs --target (a model directory or built-in name)")
         return LocalEngine(target, **kw)
     if kind not in ENGINES: raise InputError(f"unknown engine {kind!r}: use sglang, vllm or local")
-    if not url: raise InputError(f"--engine {kind} needs --url (e.g. http://127.0.0.1:30000)")
+    if not url: raise InputError(f"--engine {kind} needs --urls (e.g. http://127.0.0.1:30000)")
     return ENGINES[kind](url, **kw)

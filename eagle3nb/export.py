@@ -52,9 +52,8 @@ def export_sglang(d:Drafter, out_dir) -> Path:
     c = d.config
     if c.norm_before_residual:
         raise InputError("this drafter was trained with norm_before_residual=True, which SGLang's "
-                         "LlamaForCausalLMEagle3 "
-                         "does not implement (it keeps the raw state as the residual); export --format speculators for "
-                         "vLLM")
+                         "LlamaForCausalLMEagle3 does not implement (it keeps the raw state as the residual); "
+                         "export --formats speculators for vLLM")
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
            "target_hidden_size": c.target_hidden_size,
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_layer_ids(c.aux_layers_hf),

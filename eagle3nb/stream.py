@@ -5,7 +5,6 @@
 # %% ../nbs/07c_stream.ipynb #e47e3a0b
 from __future__ import annotations
 import atexit, hashlib, json, os, queue, threading, time
-from collections import Counter
 from pathlib import Path
 import torch
 from fastcore.basics import patch
@@ -261,14 +260,8 @@ def items(self:StreamSource) -> list: return [(i, len(r["input_ids"])) for i, r 
 @patch
 def counts(self:StreamSource, ids=None, all_positions:bool=False):
     "Label counts from the records themselves (no states needed), as `OnlineSource` counts them."
-    from eagle3nb.train import loss_positions_mask     # lazily: train imports this module
-    c = Counter()
-    for i, r in self.records.items():
-        if ids is None or i in ids:
-            keep = loss_positions_mask(torch.tensor(r["loss_mask"]), len(r["input_ids"]),
-                                       "all" if all_positions else "labels").bool()
-            c.update(torch.tensor(r["input_ids"])[keep].tolist())
-    return c
+    from eagle3nb.train import record_label_counts     # lazily: train imports this module
+    return record_label_counts(self.records, ids, all_positions)
 
 @patch
 def unlabelled(self:StreamSource, ids) -> set: return {i for i in ids if not any(self.records[i]["loss_mask"])}

@@ -17,10 +17,10 @@ from .drafter import Drafter, load_drafter, new_drafter, save_drafter, shift_lef
 # %% auto #0
 __all__ = ['STAT_KEYS', 'BF16', 'loss_positions_mask', 'captured_masks', 'label_counts', 'DraftVocab', 'draft_vocab',
            'run_of_ones', 'chain_slots', 'Batch', 'pad_batch', 'length_batches', 'heldout_split', 'OfflineSource',
-           'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'tau_sim', 'summarize_stats',
-           'add_stats', 'walk', 'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16', 'use_bf16',
-           'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint', 'walk_ids',
-           'train', 'plot_training']
+           'record_label_counts', 'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'tau_sim',
+           'summarize_stats', 'add_stats', 'walk', 'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16',
+           'use_bf16', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint',
+           'walk_ids', 'train', 'plot_training']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
 def loss_positions_mask(loss_mask, lengths, which:str="labels"):
@@ -171,6 +171,17 @@ class OfflineSource:
         return {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
 
 # %% ../nbs/09_train.ipynb #40f7992e
+def record_label_counts(records:dict, # {id: training row}
+                        ids=None, all_positions:bool=False) -> Counter:
+    "Label counts from the training rows themselves (no states needed): what the draft vocabulary is chosen from."
+    c = Counter()
+    for i, r in records.items():
+        if ids is None or i in ids:
+            keep = loss_positions_mask(torch.tensor(r["loss_mask"]), len(r["input_ids"]),
+                                       "all" if all_positions else "labels").bool()
+            c.update(torch.tensor(r["input_ids"])[keep].tolist())
+    return c
+
 class OnlineSource:
     "Batches computed by running the target on validated records (nothing stored)."
     kind = "online"
@@ -187,13 +198,7 @@ class OnlineSource:
         self.model_dtype, self.device, self._model = model_dtype, device, None
     def items(self) -> list: return [(i, len(r["input_ids"])) for i, r in self.records.items()]
     def counts(self, ids=None, all_positions:bool=False) -> Counter:
-        c = Counter()
-        for i, r in self.records.items():
-            if ids is None or i in ids:
-                keep = loss_positions_mask(torch.tensor(r["loss_mask"]), len(r["input_ids"]),
-                                           "all" if all_positions else "labels").bool()
-                c.update(torch.tensor(r["input_ids"])[keep].tolist())
-        return c
+        return record_label_counts(self.records, ids, all_positions)
     def unlabelled(self, ids) -> set: return {i for i in ids if not any(self.records[i]["loss_mask"])}
     def fingerprint(self) -> dict:
         "What the records are: the sha256 of the records file."

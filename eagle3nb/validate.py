@@ -520,7 +520,7 @@ def check_record(tok, prof:TokenProfile, rec:dict, prompt_rec:dict|None=None, dr
 def _find_prompts(run:Path, gpath:Path, prompts=None) -> Path|None:
     "The generations' prompts: `prompts`, else the generate manifest's `prompts`, else run/prompts/prompts.jsonl."
     if prompts is not None:
-        if not Path(prompts).exists(): raise InputError(f"--prompts {prompts}: no such file")
+        if not Path(prompts).exists(): raise InputError(f"--prompts_file {prompts}: no such file")
         return Path(prompts)
     p = manifest_config(gpath.parent, "prompts")
     if p and Path(p).exists(): return Path(p)

@@ -3,10 +3,11 @@ offline training on shards `capture_vllm` took through the same server, kill -9 
 with every record trained once per epoch and the spool under its cap, a server writing other layers is refused, and
 the whole pipeline runs with `[train] source = "stream"`.
 One server for the module. Tier: `make test-vllm` (EAGLE3NB_VLLM_PYTHON)."""
-import os, shutil, signal, subprocess, sys, threading, time
+import os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 from conftest import vllm_process
+from test_stream import SpoolWatch
 from test_vllm_capture import env, make_records, write_records
 from eagle3nb.capture_vllm import capture_vllm, connector_dir, vllm_server_args
 from eagle3nb.core import InputError, read_jsonl, read_manifest
@@ -55,20 +56,6 @@ def close_curves(a, b) -> float:
                 if p is not None: worst = max(worst, abs(p - q) / max(abs(p), 1e-9))
     return worst
 
-class SpoolWatch:
-    def __init__(self, d):
-        self.d, self.peak, self.stop = Path(d), 0, False
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-    def _run(self):
-        while not self.stop:
-            try: self.peak = max(self.peak, sum(p.stat().st_size for p in self.d.rglob("*") if p.is_file()))
-            except FileNotFoundError: pass
-            time.sleep(0.003)
-    def close(self):
-        self.stop = True
-        self.t.join()
-        return self.peak
 
 def test_stream_trains_as_offline_on_the_same_records(setup):
     from eagle3nb.train import train
