@@ -170,18 +170,22 @@ def test_stream_equals_offline(offline, recs, server, tmp_path):
           f"{rep['wall_s']} s; spool peak {rep['spool_peak_bytes']} (seen on disk {seen}) of "
           f"{rep['spool_cap_bytes']} bytes")
 
+def kill_at_checkpoint(p, run, timeout:float, step:int=4):
+    "Wait until trainer process `p` has written checkpoint `step` in `run`, then kill -9 its process group."
+    ck, t0 = run/"train/checkpoints", time.time()
+    while not (ck/f"step-{step:06d}.pt").exists():
+        assert p.poll() is None and time.time() - t0 < timeout, "the trainer ended before it could be killed"
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+
 def test_kill_9_of_the_trainer_then_rerun(offline, recs, server, tmp_path):
     st = copy(recs, tmp_path/"st")
     args = [str(BIN/"eagle3nb"), "train", "--run", str(st), "--target", "tiny-llama", "--source", "stream",
             "--urls", server.url, "--spool_gb", str(CAP_GB), *(a for k, v in KW.items() for a in (f"--{k}", str(v)))]
     watch = SpoolWatch(st/"spool")
-    p = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ck, t0 = st/"train/checkpoints", time.time()
-    while not (ck/"step-000004.pt").exists():
-        assert p.poll() is None and time.time() - t0 < 300, "the trainer ended before it could be killed"
-        time.sleep(0.01)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
+    kill_at_checkpoint(subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL), st, 300)
     assert not (st/"train/manifest.json").exists()
     killed = stream_report(st)
     r = run(args)                                               # the rerun, through the CLI too

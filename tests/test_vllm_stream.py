@@ -3,11 +3,11 @@ offline training on shards `capture_vllm` took through the same server, kill -9 
 with every record trained once per epoch and the spool under its cap, a server writing other layers is refused, and
 the whole pipeline runs with `[train] source = "stream"`.
 One server for the module. Tier: `make test-vllm` (EAGLE3NB_VLLM_PYTHON)."""
-import os, signal, subprocess, sys, time
+import subprocess, sys, time
 from pathlib import Path
 import pytest
 from conftest import vllm_process
-from test_stream import SpoolWatch
+from test_stream import SpoolWatch, kill_at_checkpoint
 from test_vllm_capture import env, make_records, write_records
 from eagle3nb.capture_vllm import capture_vllm, connector_dir, vllm_server_args
 from eagle3nb.core import InputError, read_jsonl, read_manifest
@@ -82,13 +82,7 @@ def test_kill_9_of_the_trainer_then_rerun(setup):
             f"train({str(st)!r}, target='smollm2', progress=False, source='stream', urls=[{s['url']!r}], "
             f"spool_gb={CAP_GB}, **t.KW)")
     watch = SpoolWatch(st/"spool")
-    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    ck, t0 = st/"train/checkpoints", time.time()
-    while not (ck/"step-000004.pt").exists():
-        assert p.poll() is None and time.time() - t0 < 600, "the trainer ended before it could be killed"
-        time.sleep(0.01)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
+    kill_at_checkpoint(subprocess.Popen([sys.executable, "-c", code], start_new_session=True), st, 600)
     killed = stream_report(st)
     from eagle3nb.train import train
     train(st, target="smollm2", progress=False, source="stream", urls=[s["url"]], spool_gb=CAP_GB, **KW)
