@@ -294,8 +294,13 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
         raise InputError(f"{prompts or main_job}: no held-out prompts; pass --prompts_file, a JSONL of prompt "
                          "records or conversations the drafter never trained on (the main job writes "
                          "RUN/evaluate_prompts.jsonl)")
+    sealed = Path(run)/"sealed_prompts.jsonl"
+    if c.sealed_n_prompts and not sealed.exists():
+        raise InputError(f"{sealed}: no sealed prompts; the main job (`eagle3nb run`) writes them, or pass "
+                         "--sealed_n_prompts 0")
     rep = evaluate(run, prompts, drafter, c.ks, c.temperature, c.max_new_tokens, c.n_prompts, c.ngram,
-                   draft_sample=c.draft_sample, device=c.device, dtype=c.dtype, batch_size=c.batch_size)
+                   draft_sample=c.draft_sample, device=c.device, dtype=c.dtype, batch_size=c.batch_size,
+                   sealed=sealed if c.sealed_n_prompts else None)
     print_report(rep)
     print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
 

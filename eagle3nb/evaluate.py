@@ -19,9 +19,9 @@ from .train import tau_sim, walk
 # %% auto #0
 __all__ = ['ROW_KEYS', 'DTYPES', 'TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode',
            'BatchTargetCache', 'BatchDrafterCache', 'spec_decode_batch', 'run_prompts', 'sweep', 'greedy_tail',
-           'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row', 'replay', 'measure_costs',
-           'recommend_k', 'resolve_device', 'drafter_to', 'param_count', 'device_memory', 'TooLarge', 'check_fits',
-           'tau_sim_by_k', 'plot_report', 'EvaluateConfig', 'evaluate', 'print_report']
+           'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row', 'replay', 'measure_replay',
+           'measure_costs', 'recommend_k', 'resolve_device', 'drafter_to', 'param_count', 'device_memory', 'TooLarge',
+           'check_fits', 'tau_sim_by_k', 'plot_report', 'EvaluateConfig', 'evaluate', 'print_report']
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
@@ -480,6 +480,19 @@ def replay(model, drafter:Drafter|None, prompts:list, outputs:list, # the target
         for k in ngram_ks: tot["ngram"][k].add(replay_ngram(seq, len(p), len(out), k, ngram, memo))
     return {m: [by_k_row(m, by[k].summary(), "replay") for k in sorted(by)] for m, by in tot.items() if by}
 
+# %% ../nbs/10_evaluate.ipynb #1a6914e0
+def measure_replay(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids)` pairs
+                   max_new_tokens:int, eos_ids:list, eagle_ks, ngram_ks=range(1, 8),
+                   batch_size:int=8, # prompts decoded at once for the target's greedy answers
+                   outputs:list|None=None, # the target's greedy answers, where already decoded
+                  ) -> dict:
+    "`{by_k, best, outputs}` at T=0: the target's greedy answers, then each method replayed at every K."
+    if outputs is None: outputs, _ = run_prompts(model, prompts, max_new_tokens, eos_ids, batch_size=batch_size,
+                                                 method=None, k=0)
+    by_k = replay(model, drafter, prompts, outputs, eagle_ks, ngram_ks)
+    best = {m: max(rs, key=lambda r: r["tokens_per_forward"] or 0) for m, rs in by_k.items()}
+    return {"by_k": by_k, "best": best, "outputs": {i: o for (i, _), o in zip(prompts, outputs)}}
+
 # %% ../nbs/10_evaluate.ipynb #b927f013
 @torch.inference_mode()
 def measure_costs(model, drafter:Drafter|None, context:list, max_k:int=7, repeats:int=5) -> dict:
@@ -708,6 +721,7 @@ class EvaluateConfig:
     device: str = "auto"  # auto (a GPU where one exists, else the CPU), cpu, cuda or cuda:N: target and drafter
     dtype: str = "auto"  # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16 or float16
     batch_size: int = 1  # prompts in flight at once (each row its own KV caches; rows leave as they finish)
+    sealed_n_prompts: int = 0  # the main job: prompts from the far end of the data, replayed once at the end (T=0)
 
 # %% ../nbs/10_evaluate.ipynb #d1b7aec5
 def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl), writes evaluate/
@@ -720,6 +734,7 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
              device:str="auto", # auto (a GPU where one exists, else the CPU), cpu, cuda, cuda:N
              dtype:str="auto", # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16, float16
              batch_size:int=1, # prompts in flight at once
+             sealed=None, # at T=0: a JSONL of prompts put aside before any tuning, replayed at every K at the end
             ) -> dict:
     "Measure the drafter by draft-and-verify decoding beside n-gram lookup, each at its best K; write report and plots."
     from eagle3nb.models import load_target
@@ -763,6 +778,13 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
               "rows": res["rows"], "by_k": by_k, "best": best,
               "costs": {k: ({str(n): v for n, v in c.items()} if isinstance(c, dict) else c) for k, c in costs.items()},
               "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", eagle_ks)}
+    if sealed is not None and temperature == 0:   # last: nothing above depends on it
+        srecs = prompt_records(sealed, tgt.tokenizer)
+        check_drafter_heldout(srecs, ddir, str(sealed))
+        sps = [(r["id"], r["prompt_ids"]) for r in srecs]
+        report["sealed"] = {"prompts": str(sealed), "n_prompts": len(sps), "max_new_tokens": max_new_tokens,
+                            **measure_replay(model, d, sps, max_new_tokens, eos, eagle_ks, ngram_ks,
+                                             max(batch_size, 8))}
     report["plots"] = [str(p) for p in plot_report(report, out/"plots")]
     write_json(out/"report.json", report)
     write_manifest(out, "evaluate", report["config"], {"prompts": len(ps), "runs": len(res["rows"])},
@@ -799,3 +821,8 @@ def print_report(report:dict):
     for m, r in (report.get("best") or {}).items():
         print(f"best {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward, τ {r['tau'] or 1:.3f}")
     print("recommended", report["recommended"]["reasoning"])
+    if s := report.get("sealed"):
+        e, g = s["best"].get("eagle3"), s["best"].get("ngram")
+        print(f"sealed prompts ({s['n_prompts']} from the far end of the data, put aside before tuning, replayed): "
+              + "; ".join(f"best {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward"
+                          for m, r in (("eagle3", e), ("ngram", g)) if r))

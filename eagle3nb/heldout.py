@@ -11,7 +11,8 @@ from .core import InputError, JsonlReader, manifest_config, read_manifest
 from .prompts import conversation_of
 
 # %% auto #0
-__all__ = ['heldout_side', 'split_prompts', 'TrainedOn', 'trained_on', 'check_heldout', 'check_drafter_heldout', 'prompt_records']
+__all__ = ['heldout_side', 'split_prompts', 'TrainedOn', 'trained_on', 'check_heldout', 'check_drafter_heldout', 'prompt_records',
+           'sealed_prompts']
 
 # %% ../nbs/02a_heldout.ipynb #3578b7a0
 def heldout_side(conversation:str, share:float) -> bool:
@@ -130,3 +131,30 @@ def prompt_records(path, # JSONL of prompt records (`prompt_ids`) or conversatio
         out.append({"id": conv.id, "prompt_ids": ids, "conversation": conversation_id(row, conv)})
     if not out: raise InputError(f"{path}: no prompts")
     return out
+
+# %% ../nbs/02a_heldout.ipynb #6304f849
+def sealed_prompts(inputs:list, # input files or built-in names, as `[data] inputs`
+                   tokenizer, n:int, share:float=0.1,
+                   exclude:set=frozenset(), # conversations to leave out (the evaluation set's)
+                   max_prompt_tokens:int|None=None, thinking:bool|None=None) -> list:
+    "Prompt records of the last `n` held-out-side conversations of `inputs` read to their end (a set nobody tunes on)."
+    from collections import deque
+    from eagle3nb.prompts import RowReader, conversation_id, first_turn, normalize_row, render_prompt, resolve_input
+    tail = deque(maxlen=8 * n + 64)   # candidates from the far end; some render too long or to nothing
+    for path in (resolve_input(i) for i in inputs):
+        for where, row in RowReader(path):
+            try: c = conversation_id(row)
+            except Exception: continue   # a row prepare rejects
+            if heldout_side(c, share) and c not in exclude:
+                tail.append((row, c, f"{path.stem}-{where.get('index', where.get('line'))}"))
+    out, seen = [], set()
+    for row, c, default_id in reversed(tail):
+        if len(out) == n: break
+        try:
+            conv = normalize_row(row, default_id)
+            ids = render_prompt(tokenizer, first_turn(conv)[0], conv.tools, thinking)
+        except Exception: continue
+        if c in seen or (max_prompt_tokens and len(ids) > max_prompt_tokens): continue
+        seen.add(c)
+        out.append({"id": f"{conv.id}-t0", "prompt_ids": ids, "conversation": c})
+    return out[::-1]

@@ -14,8 +14,8 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
                              report_headline, train_summary, validate_summary, write_report)
 
 # %% auto #0
-__all__ = ['stage_keys', 'Ledger', 'heldout_prompts', 'target_shape', 'capture_need', 'train_need', 'plan', 'check_disk',
-           'run_pipeline', 'run_default']
+__all__ = ['stage_keys', 'Ledger', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_need', 'plan',
+           'check_disk', 'run_pipeline', 'run_default']
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
 def stage_keys(c:PipelineConfig) -> dict:
@@ -77,6 +77,21 @@ def heldout_prompts(run, c:PipelineConfig) -> Path:
                          f"(heldout_share {c.data.heldout_share}); raise [data] limit or [data] heldout_share")
     write_jsonl_atomic(run/"evaluate_prompts.jsonl", held)
     return run/"evaluate_prompts.jsonl"
+
+# %% ../nbs/12b_pipeline.ipynb #d81b0e05
+def sealed_file(run, c:PipelineConfig) -> Path|None:
+    "Write `RUN/sealed_prompts.jsonl` (`[evaluate] sealed_n_prompts` from the far end of the data); None when 0."
+    if not c.evaluate.sealed_n_prompts or c.evaluate.temperature: return None
+    from eagle3nb.heldout import sealed_prompts
+    from eagle3nb.models import load_target
+    from eagle3nb.prompts import conversation_of
+    run, tgt = Path(run), load_target(c.target)
+    held = {conversation_of(o) for _, o in JsonlReader(heldout_prompts(run, c))}
+    ps = sealed_prompts(c.data.inputs, tgt.tokenizer, c.evaluate.sealed_n_prompts, c.data.heldout_share, held,
+                        c.data.max_prompt_tokens or tgt.context_length, c.data.thinking)
+    if not ps: return None
+    write_jsonl_atomic(run/"sealed_prompts.jsonl", ps)
+    return run/"sealed_prompts.jsonl"
 
 # %% ../nbs/12b_pipeline.ipynb #7c56bd09
 def _stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
@@ -144,7 +159,7 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     e = c.evaluate
     try: rep = evaluate(run, heldout_prompts(run, c), ks=e.ks, temperature=e.temperature,
                         max_new_tokens=e.max_new_tokens, ngram=e.ngram, draft_sample=e.draft_sample, device=e.device,
-                        dtype=e.dtype, batch_size=e.batch_size)
+                        dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         (run/"evaluate"/"report.json").unlink(missing_ok=True)
         return f"evaluate: not run in this process: {err}"

@@ -95,19 +95,19 @@ MAIN_JOB = {
               "init_fc": "high", "loss_positions": "all", "bf16": "auto", "warmup_steps": 10, "heldout": 0.1,
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
-    "evaluate": {"n_prompts": 8, "ks": [1, 3], "max_new_tokens": 96},
+    "evaluate": {"n_prompts": 8, "ks": [1, 3], "max_new_tokens": 96, "sealed_n_prompts": 8},
 }
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"n_prompts": 4, "max_new_tokens": 24},
              "context": {"n_prompts": 4, "replies": True},
              "train": {"epochs": 2, "draft_vocab_size": 1024},
-             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1]}},
+             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1}},
     "small": {"evaluate": {"ks": [3]}},
     "medium": {"context": {"n_prompts": 300, "replies": True}, "train": {"epochs": 4},
-               "evaluate": {"n_prompts": 16, "ks": [3]}},
+               "evaluate": {"n_prompts": 16, "ks": [3], "sealed_n_prompts": 16}},
     "large": {"data": {"limit": None}, "generate": {"n_prompts": 1024, "max_new_tokens": 768},
               "train": {"epochs": 4, "ttt_steps": 5, "draft_vocab_size": 16384},
-              "evaluate": {"n_prompts": 32, "max_new_tokens": 160, "ks": [1, 2, 3, 4, 5]}},
+              "evaluate": {"n_prompts": 32, "max_new_tokens": 160, "ks": [1, 2, 3, 4, 5], "sealed_n_prompts": 32}},
 }
 
 # %% ../nbs/12_settings.ipynb #ac8f17f9
