@@ -271,12 +271,14 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
               **given):
     "Train an EAGLE-3 drafter with training-time test (resumable; run under torchrun for DDP)."
     from eagle3nb.settings import run_settings
-    from eagle3nb.train import TrainConfig, train
+    from eagle3nb.train import TrainConfig, train, train_vocab_sweep
     c = _settings(TrainConfig, run, "train", given)
     aux = _items(aux_layers) if aux_layers else run_settings(run, "capture")[0].get("aux_layers")
     m = train(run, c, target=target, aux_layers=aux, fresh=fresh)
+    sweep = train_vocab_sweep(run, c, target=target, aux_layers=aux, fresh=fresh)
     if m is None: return
     print(train_summary(m))
+    for s in sweep: print(f"  vocab sweep: {train_summary(s)}")
     print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")
 
 # %% ../nbs/90_cli.ipynb #70b6ebf4

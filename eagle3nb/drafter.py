@@ -16,7 +16,7 @@ from .core import InputError
 # %% auto #0
 __all__ = ['DrafterConfig', 'drafter_config', 'RMSNorm', 'Rotary', 'rotate', 'Attention', 'MLP', 'MidLayer', 'Drafter',
            'ttt_attention', 'shift_left', 'causal_mask', 'target_tensor', 'target_embeddings', 'target_lm_head',
-           'new_drafter', 'save_drafter', 'load_drafter']
+           'init_from_last', 'new_drafter', 'save_drafter', 'load_drafter']
 
 # %% ../nbs/08_drafter.ipynb #bb032a59
 @dataclass
@@ -37,6 +37,9 @@ class DrafterConfig:
     max_position_embeddings: int = 4096
     hidden_act: str = "silu"  # the drafter's MLP is always SiLU, whatever the target's activation
     norm_before_residual: bool = False
+    norm_before_fc: bool = False  # EAGLE-3.1: one RMSNorm over the concatenated aux states before `fc` (`input_norm`)
+    fc_norm: bool = False  # EAGLE-3.1: an RMSNorm per aux state before `fc` (`fc_norm.i`); not with norm_before_fc
+    norm_output: bool = False  # EAGLE-3.1: the state fed to the next step is the one after the final `norm`
     target: str = ""  # the target (verifier) model directory
     def to_dict(self) -> dict: return asdict(self)
     @classmethod
@@ -53,7 +56,9 @@ def _rope_settings(cfg:dict) -> tuple:
 
 def drafter_config(target_config:dict, # the target's config.json
                    draft_vocab_size:int, aux_layers:list, # HF hidden-state indices
-                   target:str="", norm_before_residual:bool=False) -> DrafterConfig:
+                   target:str="", norm_before_residual:bool=False,
+                   **norms, # EAGLE-3.1's `norm_before_fc`, `fc_norm`, `norm_output`
+                  ) -> DrafterConfig:
     "A drafter config sized like one layer of the target."
     c = target_config.get("text_config", target_config)
     H, nh = int(c["hidden_size"]), int(c["num_attention_heads"])
@@ -66,7 +71,7 @@ def drafter_config(target_config:dict, # the target's config.json
                          rope_theta=theta, rope_scaling=scaling,
                          max_position_embeddings=int(c.get("max_position_embeddings") or 4096),
                          hidden_act="silu", norm_before_residual=norm_before_residual,
-                         target=str(target))
+                         target=str(target), **norms)
 
 # %% ../nbs/08_drafter.ipynb #f5a1a98e
 class RMSNorm(nn.Module):
@@ -146,6 +151,9 @@ class Drafter(nn.Module):
         self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(c.vocab_size, dtype=torch.bool))
         self.rotary = Rotary(c)
+        if c.norm_before_fc and c.fc_norm: raise InputError("norm_before_fc and fc_norm exclude each other: pick one")
+        if c.norm_before_fc: self.input_norm = RMSNorm(3 * c.target_hidden_size, c.rms_norm_eps)
+        if c.fc_norm: self.fc_norm = nn.ModuleList(RMSNorm(c.target_hidden_size, c.rms_norm_eps) for _ in range(3))
 
 # %% ../nbs/08_drafter.ipynb #508ea0bf
 @patch
@@ -166,17 +174,25 @@ def qkv(self:Drafter, input_ids, hidden, positions):
 # %% ../nbs/08_drafter.ipynb #590a2c88
 @patch
 def finish(self:Drafter, attn, residual):
-    "The layer after attention: `attn` `[B, heads, T, d]` → the fed state for the next step `[B, T, H]` (pre-norm)."
+    "The layer after attention: `attn` `[B, heads, T, d]` → the fed state for the next step `[B, T, H]`."
     m = self.midlayer
     B, _, T, _ = attn.shape
     h = m.self_attn.o_proj(attn.transpose(1, 2).reshape(B, T, -1)) + residual
-    return m.mlp(m.post_attention_layernorm(h)) + h
+    h = m.mlp(m.post_attention_layernorm(h)) + h
+    return self.norm(h) if self.config.norm_output else h
 
 # %% ../nbs/08_drafter.ipynb #220c9f93
 @patch
 def logits(self:Drafter, state):
-    "Draft-vocabulary logits of a fed state (final `norm`, then `lm_head`)."
-    return self.lm_head(self.norm(state))
+    "Draft-vocabulary logits of a fed state (final `norm`, unless the state is already normed, then `lm_head`)."
+    return self.lm_head(state if self.config.norm_output else self.norm(state))
+
+@patch
+def fuse(self:Drafter, aux):
+    "The first fed state from the target's aux states `[..., 3·H_t]`: EAGLE-3.1's norms where set, then `fc`."
+    if self.config.norm_before_fc: aux = self.input_norm(aux)
+    if self.config.fc_norm: aux = torch.cat([n(a) for n, a in zip(self.fc_norm, aux.chunk(3, -1))], -1)
+    return self.fc(aux)
 
 # %% ../nbs/08_drafter.ipynb #37ee310e
 @patch
@@ -231,7 +247,7 @@ def ttt_forward(self:Drafter, input_ids, aux, lengths, steps:int) -> list:
     B, T = input_ids.shape
     mask = causal_mask(lengths, T).to(input_ids.device)
     pos = torch.arange(T, device=input_ids.device)[None].expand(B, T)
-    hidden, keys, values, states = self.fc(aux), [], [], []
+    hidden, keys, values, states = self.fuse(aux), [], [], []
     for k in range(steps):
         q, kk, v, residual = self.qkv(shift_left(input_ids, 1 + k), hidden, pos + k)
         keys.append(kk)
@@ -261,19 +277,43 @@ def target_embeddings(model_dir): return target_tensor(model_dir, "model.embed_t
 def target_lm_head(model_dir): return target_tensor(model_dir, "lm_head.weight", "model.embed_tokens.weight",
                                                     "model.language_model.embed_tokens.weight")
 
+# %% ../nbs/08_drafter.ipynb #671ca834
+def init_from_last(d:Drafter, path, cfg:dict) -> list:
+    "Copy the target's last decoder layer into the drafter's where shapes allow (attention's embedding half zero)."
+    c = cfg.get("text_config", cfg)
+    pre = f"model.layers.{int(c['num_hidden_layers']) - 1}."
+    H, m, copied = d.config.hidden_size, d.midlayer, []
+    pairs = [(m.self_attn.o_proj.weight, "self_attn.o_proj.weight"), (m.mlp.gate_proj.weight, "mlp.gate_proj.weight"),
+             (m.mlp.up_proj.weight, "mlp.up_proj.weight"), (m.mlp.down_proj.weight, "mlp.down_proj.weight"),
+             (m.post_attention_layernorm.weight, "post_attention_layernorm.weight"),
+             (m.hidden_norm.weight, "input_layernorm.weight"), (d.norm.weight, "model.norm.weight")]
+    pairs += [(getattr(m.self_attn, f"{n}_proj").weight[:, H:], f"self_attn.{n}_proj.weight") for n in "qkv"]
+    for dst, name in pairs:
+        full = name if name.startswith("model.") else pre + name
+        try: t = target_tensor(path, full)
+        except InputError: continue
+        if t.shape != dst.shape: continue
+        dst.copy_(t.float())
+        copied.append(full)
+        if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+            getattr(m.self_attn, name.split(".")[1]).weight[:, :H].zero_()
+    return copied
+
 # %% ../nbs/08_drafter.ipynb #81089bc4
 def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
                 draft_ids, # sorted target ids of the draft vocabulary
                 aux_layers:list, norm_before_residual:bool=False, init_lm_head:str="target", # "target" rows or "random"
                 seed:int=0,
                 init_fc:str="random", # "high": `fc` starts as the identity on the highest aux layer
+                init_layer:str="random", # "target": the layer starts as the target's last one (see `init_from_last`)
+                **norms, # EAGLE-3.1's `norm_before_fc`, `fc_norm`, `norm_output`
                ) -> Drafter:
     "A fresh drafter for `target`: its embeddings (frozen), `lm_head` from its rows of the draft vocabulary."
     path = Path(getattr(target, "path", target))
     cfg = json.loads((path/"config.json").read_text())
     draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
     torch.manual_seed(seed)
-    d = Drafter(drafter_config(cfg, len(draft_ids), aux_layers, str(path), norm_before_residual))
+    d = Drafter(drafter_config(cfg, len(draft_ids), aux_layers, str(path), norm_before_residual, **norms))
     with torch.no_grad():
         d.embed_tokens.weight.copy_(target_embeddings(path).float())
         if init_lm_head == "target": d.lm_head.weight.copy_(target_lm_head(path).float()[draft_ids])
@@ -281,6 +321,7 @@ def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
             H = d.config.target_hidden_size
             d.fc.weight.mul_(0.1)
             d.fc.weight[:, 2 * H:] += torch.eye(H, d.config.hidden_size).T
+        if init_layer == "target": init_from_last(d, path, cfg)
         d.d2t.copy_(draft_ids - torch.arange(len(draft_ids)))
         d.t2d.zero_()
         d.t2d[draft_ids] = True

@@ -21,7 +21,7 @@ __all__ = ['ROW_KEYS', 'DTYPES', 'TargetCache', 'DrafterCache', 'ngram_propose',
            'BatchTargetCache', 'BatchDrafterCache', 'spec_decode_batch', 'run_prompts', 'sweep', 'greedy_tail',
            'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row', 'replay', 'measure_replay',
            'measure_costs', 'recommend_k', 'resolve_device', 'drafter_to', 'param_count', 'device_memory', 'TooLarge',
-           'check_fits', 'tau_sim_by_k', 'plot_report', 'EvaluateConfig', 'evaluate', 'print_report']
+           'check_fits', 'tau_sim_by_k', 'plot_report', 'vocab_sweep', 'EvaluateConfig', 'evaluate', 'print_report']
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
@@ -63,7 +63,7 @@ class DrafterCache:
     @torch.inference_mode()
     def first_pass(self, next_ids:list, aux, start:int):
         "Slots `start..start+T-1`: token `x[i+1]`, `fc(aux_i)`, position `i`; the last slot's fed state `[1,1,H]`."
-        return self._run(next_ids, self.d.fc(aux[None].to(self.d.fc.weight.dtype)), start)
+        return self._run(next_ids, self.d.fuse(aux[None].to(self.d.fc.weight.dtype)), start)
     @torch.inference_mode()
     def chain(self, token:int, state, position:int):
         "One chained step: the previous draft token and fed state at `position`; return the new fed state."
@@ -261,7 +261,7 @@ class BatchDrafterCache:
         "Each row's slots from `starts[b]` (token `x[i+1]`, `fc(aux_i)`, position `i`); its last fed state `[B,1,H]`."
         a = torch.zeros(len(aux), max(map(len, aux)), aux[0].shape[-1], dtype=aux[0].dtype, device=aux[0].device)
         for b, r in enumerate(aux): a[b, :len(r)] = r
-        return self._run(next_ids, self.d.fc(a.to(self.d.fc.weight.dtype)), starts)
+        return self._run(next_ids, self.d.fuse(a.to(self.d.fc.weight.dtype)), starts)
     @torch.inference_mode()
     def chain(self, tokens:list, state, positions:list):
         "One chained step for every row: its previous draft token and fed state at its position."
@@ -688,6 +688,25 @@ def plot_report(report:dict, out_dir) -> list:
     fig.savefig(out/"acceptance_vs_k.png", dpi=110)
     paths.append(out/"acceptance_vs_k.png")
     plt.close(fig)
+    if sw := report.get("vocab_sweep"):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ns = [s["draft_vocab_size"] for s in sw]
+        ax.plot(ns, [s["best"]["tokens_per_forward"] for s in sw], "o-", color="C0", label="eagle3 at its best K")
+        for k in range(1, max(len(s["by_k"]) for s in sw) + 1):
+            pts = [(s["draft_vocab_size"], r["tokens_per_forward"]) for s in sw for r in s["by_k"] if r["k"] == k]
+            ax.plot(*zip(*pts), ":", color="C0", alpha=0.3 + 0.7 * k / 8, lw=0.8, label=f"eagle3 K={k}")
+        if g := (report.get("best") or {}).get("ngram"):
+            ax.axhline(g["tokens_per_forward"], color="C1", ls="--", label=f"ngram at its best K={g['k']}")
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="draft vocabulary size N", ylabel="tokens per target forward (replay)",
+               title=f"tokens per target forward against N\n{note}")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=.3)
+        fig.tight_layout()
+        fig.savefig(out/"vocab_sweep.png", dpi=110)
+        paths.append(out/"vocab_sweep.png")
+        plt.close(fig)
     rs, longest = by("eagle3"), max(by_k.get("eagle3", []), key=lambda r: r["k"], default=None)
     if rs or longest:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -706,6 +725,21 @@ def plot_report(report:dict, out_dir) -> list:
         paths.append(out/"per_position.png")
         plt.close(fig)
     return paths
+
+# %% ../nbs/10_evaluate.ipynb #1659c38d
+def vocab_sweep(run, drafter, model, recs:list, outputs:list, max_new_tokens:int, eos:list, device, dtype) -> list:
+    "The run's vocabulary-sweep drafters (`train.train_vocab_sweep`) replayed on the same prompts and greedy answers."
+    tm = Path(run)/"train"/"manifest.json"
+    sizes = (read_json(tm)["config"].get("vocab_sweep") or []) if drafter is None and tm.exists() else []
+    ps, out = [(r["id"], r["prompt_ids"]) for r in recs], []
+    for n in sizes:
+        dd = Path(run)/"sweep"/f"N{n}"/"train"/"drafter"
+        check_drafter_heldout(recs, dd, f"the N={n} drafter's held-out prompts")
+        dn = drafter_to(load_drafter(dd), device, dtype)
+        ttt = (read_json(dd/"config.json").get("eagle3nb_train") or {}).get("ttt_steps") or 3
+        r = measure_replay(model, dn, ps, max_new_tokens, eos, range(1, ttt + 1), [], outputs=outputs)
+        out.append({"draft_vocab_size": n, "by_k": r["by_k"]["eagle3"], "best": r["best"]["eagle3"]})
+    return out
 
 # %% ../nbs/10_evaluate.ipynb #0e96d512
 @dataclass
@@ -778,6 +812,10 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
               "rows": res["rows"], "by_k": by_k, "best": best,
               "costs": {k: ({str(n): v for n, v in c.items()} if isinstance(c, dict) else c) for k, c in costs.items()},
               "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", eagle_ks)}
+    if temperature == 0 and (sw := vocab_sweep(run, drafter, model, recs, res["outputs"], max_new_tokens, eos,
+                                               device, dtype)):
+        report["vocab_sweep"] = sorted(sw + [{"draft_vocab_size": d.config.draft_vocab_size, "by_k": by_k["eagle3"],
+                                              "best": best["eagle3"]}], key=lambda r: r["draft_vocab_size"])
     if sealed is not None and temperature == 0:   # last: nothing above depends on it
         srecs = prompt_records(sealed, tgt.tokenizer)
         check_drafter_heldout(srecs, ddir, str(sealed))
@@ -821,6 +859,10 @@ def print_report(report:dict):
     for m, r in (report.get("best") or {}).items():
         print(f"best {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward, τ {r['tau'] or 1:.3f}")
     print("recommended", report["recommended"]["reasoning"])
+    for s in report.get("vocab_sweep") or []:
+        b = s["best"]
+        print(f"draft vocabulary N={s['draft_vocab_size']}: best eagle3 K={b['k']}, {b['tokens_per_forward']:.3f} "
+              "tokens per target forward (replay)")
     if s := report.get("sealed"):
         e, g = s["best"].get("eagle3"), s["best"].get("ngram")
         print(f"sealed prompts ({s['n_prompts']} from the far end of the data, put aside before tuning, replayed): "

@@ -54,6 +54,10 @@ def export_sglang(d:Drafter, out_dir) -> Path:
         raise InputError("this drafter was trained with norm_before_residual=True, which SGLang's "
                          "LlamaForCausalLMEagle3 does not implement (it keeps the raw state as the residual); "
                          "export --formats speculators for vLLM")
+    if on := [n for n in ("norm_before_fc", "fc_norm", "norm_output") if getattr(c, n)]:
+        raise InputError(f"this drafter was trained with EAGLE-3.1's {', '.join(on)}, which SGLang's "
+                         "LlamaForCausalLMEagle3 does not implement (no norm before fc, the raw state fed back); "
+                         "export --formats speculators for vLLM, which reads them")
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
            "target_hidden_size": c.target_hidden_size,
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_layer_ids(c.aux_layers_hf),
@@ -80,8 +84,8 @@ def export_speculators(d:Drafter, out_dir,
                                                "architectures": verifier.get("architectures", [])}},
            "draft_vocab_size": c.draft_vocab_size, "target_hidden_size": c.target_hidden_size,
            "eagle_aux_hidden_state_layer_ids": list(c.aux_layers_hf),
-           "norm_before_residual": c.norm_before_residual, "norm_before_fc": False, "fc_norm": False,
-           "norm_output": False,
+           "norm_before_residual": c.norm_before_residual, "norm_before_fc": c.norm_before_fc, "fc_norm": c.fc_norm,
+           "norm_output": c.norm_output,
            "embed_requires_grad": False, "torch_dtype": "float32"}
     t = _layer_tensors(d, "layers.0.")
     t["embed_tokens.weight"] = d.embed_tokens.weight.detach().contiguous().cpu()
@@ -117,7 +121,8 @@ def load_export(path,
                       aux_layers_hf=aux, rms_norm_eps=l["rms_norm_eps"], rope_theta=l["rope_theta"],
                       rope_scaling=l.get("rope_scaling"),
                       max_position_embeddings=l["max_position_embeddings"], hidden_act=l["hidden_act"],
-                      norm_before_residual=bool(cfg.get("norm_before_residual", False)), target=tgt)
+                      norm_before_residual=bool(cfg.get("norm_before_residual", False)), target=tgt,
+                      **{n: bool(cfg.get(n, False)) for n in ("norm_before_fc", "fc_norm", "norm_output")})
     sd = {("midlayer." + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in t.items()}
     if "embed_tokens.weight" not in sd:
         if not tgt:
@@ -136,6 +141,7 @@ class ExportConfig:
     "Settings of the exports (`eagle3nb export`, the main job's `[export]`)."
     formats: list = field(default_factory=lambda: ["speculators", "sglang"])  # speculators (vLLM) and / or sglang
     k: int | None = None  # K written into the speculators config (default: the evaluation's recommended K, else 3)
+    vllm_check: str = "never"  # auto: where a vLLM venv exists, serve the export on the sealed prompts (11a); never
 
 # %% ../nbs/11_export.ipynb #06727b81
 def export(run, fmt:str, # "sglang" or "speculators"

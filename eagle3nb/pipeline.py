@@ -150,9 +150,11 @@ def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
                                    k.model_dtype, records=capture_records(run), fresh=fresh))
 
 def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
-    from eagle3nb.train import train
+    from eagle3nb.train import train, train_vocab_sweep
     t = asdict(c.train)
-    return train_summary(train(run, aux_layers=c.capture.aux_layers, fresh=fresh, **t))
+    s = train_summary(train(run, aux_layers=c.capture.aux_layers, fresh=fresh, **t))
+    sweep = train_vocab_sweep(run, c.train, aux_layers=c.capture.aux_layers, fresh=fresh)
+    return s + "".join(f"; vocab sweep N={m['draft_vocab']['size']}: {m['counts']['steps']} steps" for m in sweep)
 
 def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.evaluate import TooLarge, evaluate
@@ -167,7 +169,30 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 
 def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.export import export
-    return "export: " + "; ".join(f"{f} → {export(run, f, k=c.export.k)}" for f in c.export.formats)
+    s = "export: " + "; ".join(f"{f} → {export(run, f, k=c.export.k)}" for f in c.export.formats)
+    return s + (f"; {_vllm_check(c, run)}" if c.export.vllm_check == "auto" else "")
+
+def _vllm_check(c:PipelineConfig, run:Path) -> str:
+    "Serve the speculators export with vLLM on the sealed prompts at the drafter's best K: vLLM's counters, recorded."
+    from eagle3nb.vllm_check import vllm_check, vllm_python
+    rp, out = run/"evaluate"/"report.json", run/"export"/"vllm_check.json"
+    rep = read_json(rp) if rp.exists() else {}
+    s = rep.get("sealed") or {}
+    b = (s.get("best") or {}).get("eagle3")
+    why = ("no vLLM venv (scripts/setup_vllm.sh makes one)" if not vllm_python() else
+           "no speculators export ([export] formats)" if "speculators" not in c.export.formats else
+           "no sealed prompts measured ([evaluate] sealed_n_prompts)" if not b else None)
+    if why: res = {"not_run": why}
+    else:
+        from eagle3nb.core import read_jsonl
+        res = vllm_check(run/"export"/"speculators", rep["config"]["target"], read_jsonl(run/"sealed_prompts.jsonl"),
+                         b["k"], s["max_new_tokens"], b, s["outputs"], run/"export"/"vllm_server.log",
+                         dtype=rep["config"]["dtype"])
+    write_json(out, res)
+    if "not_run" in res: return f"vllm check: not run ({res['not_run']})"
+    v = res["vllm"]
+    return (f"vllm check: K={res['k']} on {res['n_prompts']} sealed prompts, vLLM τ {v['tau'] or 1:.3f} "
+            f"({v['tokens_per_forward'] or 0:.3f} tokens per target forward), eagle3nb τ {b['tau'] or 1:.3f}")
 
 _STAGE_FNS = {"prepare": _stage_prepare, "generate": _stage_generate, "validate": _stage_validate,
               "context": _stage_context, "capture": _stage_capture, "train": _stage_train, "evaluate": _stage_evaluate,
@@ -257,9 +282,12 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False) -> list:
         t = train_need(c, shape)
         out.append(f"  train    [{runs('train')}]: K={c.train.ttt_steps}, N={t['N']:,}: {t['trained_params']:,} "
                    f"trained parameters; weights and AdamW {_gib(t['state_bytes'])}, logits kept for the "
-                   f"backward {_gib(t['logits_bytes'])} a step ({c.train.batch_tokens:,} tokens)")
+                   f"backward {_gib(t['logits_bytes'])} a step ({c.train.batch_tokens:,} tokens)"
+                   + (f"; then {len(c.train.vocab_sweep)} more drafters as long, N in {c.train.vocab_sweep} "
+                      "(the vocabulary sweep)" if c.train.vocab_sweep else ""))
     out.append(f"  evaluate [{runs('evaluate')}]: {'every' if e.n_prompts is None else e.n_prompts} held-out "
-               f"prompts × ≤ {e.max_new_tokens} tokens, K in {e.ks}")
+               f"prompts × ≤ {e.max_new_tokens} tokens, K in {e.ks}" + (f"; then {e.sealed_n_prompts} sealed prompts "
+               "from the far end of the data (replay)" if e.sealed_n_prompts else ""))
     out.append(f"  export   [{runs('export')}]: {', '.join(c.export.formats)}")
     return out
 

@@ -10,8 +10,8 @@ from .core import STAGES, atomic_write_text, md_table, read_json, read_manifest
 
 # %% auto #0
 __all__ = ['prepare_summary', 'generate_summary', 'validate_summary', 'capture_summary', 'context_summary', 'train_summary',
-           'headline', 'evaluate_summary', 'render_markdown', 'render_html', 'serve_commands', 'report_blocks',
-           'write_report', 'report_headline']
+           'headline', 'evaluate_summary', 'beats_ngram', 'render_markdown', 'render_html', 'serve_commands',
+           'report_blocks', 'write_report', 'report_headline']
 
 # %% ../nbs/12a_report.ipynb #bcb18a3c
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
@@ -89,6 +89,19 @@ def evaluate_summary(report:dict) -> str:
             f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; "
             f"{verdict}; " + (f"recommended K={h['recommended_k']}" if h["recommended_k"] else
                               "no K beats the target alone: serve without speculation"))
+
+# %% ../nbs/12a_report.ipynb #6bb4c111
+def beats_ngram(best:dict, # `{"eagle3": row, "ngram": row}`, each method at its best K
+                where:str) -> str:
+    "One line: does the drafter beat n-gram on this prompt set, each at its best K, and by what % of n-gram's."
+    e, n = best.get("eagle3"), best.get("ngram")
+    if not (e and n and n["tokens_per_forward"]): return f"{where}: no n-gram comparison."
+    pct = 100 * (e["tokens_per_forward"] / n["tokens_per_forward"] - 1)
+    nums = (f"{e['tokens_per_forward']:.3f} at K={e['k']} against {n['tokens_per_forward']:.3f} at K={n['k']} "
+            "tokens per target forward")
+    if round(pct, 1) == 0: return f"{where}: the drafter and n-gram tie ({nums})."
+    return (f"{where}: " + ("the drafter beats n-gram" if pct > 0 else "n-gram beats the drafter")
+            + f" by {abs(pct):.1f}% ({nums}).")
 
 # %% ../nbs/12a_report.ipynb #a622be2e
 def render_markdown(blocks:list, base:Path) -> str:
@@ -184,6 +197,48 @@ def _headline_blocks(rep:dict) -> list:
             ("p", (f"Recommended K = {h['recommended_k']}: " if h["recommended_k"] else "")
                   + rep["recommended"]["reasoning"])]
 
+# %% ../nbs/12a_report.ipynb #2d60184e
+def _sealed_blocks(rep:dict) -> list:
+    "Each method's best K on the sealed prompts beside the held-out ones, and a verdict line for each set."
+    s = rep.get("sealed")
+    if not s: return []
+    cell = lambda r: ("—", "—") if not r else (r["k"], f"{r['tokens_per_forward']:.3f}")
+    rows = [[m, *cell((rep.get("best") or {}).get(m)), *cell(s["best"].get(m))] for m in ("eagle3", "ngram")]
+    return [("h2", "Sealed prompts: the same comparison on prompts nobody tuned on"),
+            ("p", f"{s['n_prompts']} prompts (`{s['prompts']}`) from the far end of the data, held out by "
+                  f"conversation and looked at only at the end, {s['max_new_tokens']} new tokens each; each method "
+                  "at its best K on each set (tokens per target forward, T=0 replay):"),
+            ("table", ["method", "held-out: best K", "held-out: tokens / target forward", "sealed: best K",
+                       "sealed: tokens / target forward"], rows),
+            ("p", beats_ngram(rep.get("best") or headline(rep), "Held-out")),
+            ("p", beats_ngram(s["best"], "Sealed"))]
+
+def _vllm_blocks(run:Path) -> list:
+    "vLLM's own spec-decode counters on the export (`export/vllm_check.json`) beside eagle3nb's, or why not run."
+    p = run/"export"/"vllm_check.json"
+    if not p.exists(): return []
+    c, b = read_json(p), [("h2", "vLLM's own counters")]
+    if "not_run" in c: return b + [("p", f"Not run: {c['not_run']}")]
+    v, e, d = c["vllm"], c.get("eagle3nb") or {}, c.get("difference") or {}
+    f = lambda x, n=3: "—" if x is None else (f"{x:.{n}f}" if isinstance(x, float) else str(x))
+    pos = lambda r: " ".join(f"{a:.2f}" for a in r.get("per_position") or []) or "—"
+    eq = c["outputs_equal_expected"]
+    same = ("were not compared with the target's greedy answers" if eq is None else
+            f"{'equal' if eq else 'differ from'} the target's greedy answers ({c['prompts_equal_expected']} of "
+            f"{c['n_prompts']} prompts identical)")
+    return b + [("p", f"vLLM served the target with the speculators export at K={c['k']} on {c['n_prompts']} "
+                      f"prompts, one at a time, greedy, {c['max_new_tokens']} new tokens each, in {v['seconds']:.0f} s"
+                      + (f" after a {c['startup_seconds']:.0f} s start" if c.get("startup_seconds") else "")
+                      + f". Its answers {same}."),
+                ("table", ["", "vLLM's counters", "eagle3nb (replay)", "vLLM − eagle3nb"],
+                 [["τ", f(v["tau"]), f(e.get("tau")), f(d.get("tau"))],
+                  ["tokens / target forward", f(v["tokens_per_forward"]), f(e.get("tokens_per_forward")),
+                   f(d.get("tokens_per_forward"))],
+                  ["drafts", v["drafts"], f(e.get("drafts")), f(d.get("drafts"))],
+                  ["accepted", v["accepted"], f(e.get("accepted")), f(d.get("accepted"))],
+                  ["per-position acceptance", pos(v), pos(e), " ".join(f"{x:+.2f}" for x in d.get("per_position", []))
+                   or "—"]])]
+
 # %% ../nbs/12a_report.ipynb #b156648e
 def _stage_blocks(run:Path, led:dict) -> list:
     "Each stage's time and one-line account, and the validation counts."
@@ -229,8 +284,8 @@ def report_blocks(run) -> list:
     b = [("h1", f"eagle3nb report: {run.name}"),
          ("p", f"Target `{target}`; data {data}; run directory `{run}`. "
                f"Total time of the stages {sum(v['seconds'] for v in led.values()):.0f} s.")]
-    return b + (_headline_blocks(rep) if rep else []) + _stage_blocks(run, led) + _plot_blocks(run) + \
-        _serve_blocks(run, target, rep)
+    return b + (_headline_blocks(rep) + _sealed_blocks(rep) if rep else []) + _vllm_blocks(run) + \
+        _stage_blocks(run, led) + _plot_blocks(run) + _serve_blocks(run, target, rep)
 
 def write_report(run) -> tuple:
     "Write `RUN/report.md` and the self-contained `RUN/report.html`; return their paths."

@@ -96,17 +96,19 @@ MAIN_JOB = {
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
     "evaluate": {"n_prompts": 8, "ks": [1, 3], "max_new_tokens": 96, "sealed_n_prompts": 8},
+    "export": {"vllm_check": "auto"},
 }
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"n_prompts": 4, "max_new_tokens": 24},
              "context": {"n_prompts": 4, "replies": True},
-             "train": {"epochs": 2, "draft_vocab_size": 1024},
-             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1}},
+             "train": {"epochs": 2, "draft_vocab_size": 1024, "vocab_sweep": [512]},
+             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1},
+             "export": {"vllm_check": "never"}},
     "small": {"evaluate": {"ks": [3]}},
-    "medium": {"context": {"n_prompts": 300, "replies": True}, "train": {"epochs": 4},
+    "medium": {"context": {"n_prompts": 300, "replies": True}, "train": {"epochs": 4, "vocab_sweep": [1024, 16384]},
                "evaluate": {"n_prompts": 16, "ks": [3], "sealed_n_prompts": 16}},
     "large": {"data": {"limit": None}, "generate": {"n_prompts": 1024, "max_new_tokens": 768},
-              "train": {"epochs": 4, "ttt_steps": 5, "draft_vocab_size": 16384},
+              "train": {"epochs": 4, "ttt_steps": 5, "draft_vocab_size": 16384, "vocab_sweep": [4096, 32768]},
               "evaluate": {"n_prompts": 32, "max_new_tokens": 160, "ks": [1, 2, 3, 4, 5], "sealed_n_prompts": 32}},
 }
 
@@ -147,6 +149,8 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
                          "`eagle3nb capture --print_server_command`), and only it takes them")
     bad = [f for f in c.export.formats if f not in ("speculators", "sglang")]
     if bad: raise InputError(f"[export] formats: {bad} unknown; use speculators and/or sglang")
+    if c.export.vllm_check not in ("auto", "never"):
+        raise InputError(f"[export] vllm_check = {c.export.vllm_check!r}: use auto or never")
     if c.train.source not in ("offline", "online", "stream"):
         raise InputError(f"[train] source = {c.train.source!r}: use offline, online or stream")
     if c.train.source == "stream" and not c.train.urls:

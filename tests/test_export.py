@@ -19,6 +19,7 @@ import torch
 import pytest
 from safetensors.torch import load_file
 from eagle3nb.capture import default_aux_layers
+from eagle3nb.core import InputError
 from eagle3nb.drafter import new_drafter
 from eagle3nb.export import export_sglang, export_speculators, load_export
 from eagle3nb.models import load_target
@@ -118,3 +119,19 @@ def test_round_trip_identical_logits(drafter, tmp_path):
             assert d2.config == c, fmt
             got = [d2.logits(s) for s in d2.ttt_forward(x, aux, [10, 7], 3)]
             assert all(torch.equal(a, b) for a, b in zip(ref, got)), fmt
+
+@pytest.mark.parametrize("norms", [{"fc_norm": True, "norm_output": True}, {"norm_before_fc": True}])
+def test_eagle31_norms_round_trip_and_sglang_refuses(tmp_path, norms):
+    "EAGLE-3.1's norms travel in the speculators export (tensors and flags); SGLang's layer has none: refused by name."
+    tgt = load_target("tiny-llama")
+    d = new_drafter(tgt, list(range(0, 6000, 3)), [2, 4, 5], **norms).eval()
+    torch.manual_seed(2)
+    for p in d.parameters():
+        if p.requires_grad: torch.nn.init.normal_(p, 1.0 if p.dim() == 1 else 0.0, 0.2)   # norms not all ones
+    x, aux = torch.randint(0, 6000, (1, 9)), torch.randn(1, 9, 3 * d.config.target_hidden_size)
+    with torch.no_grad():
+        ref = [d.logits(s) for s in d.ttt_forward(x, aux, [9], 3)]
+        d2 = load_export(export_speculators(d, tmp_path/"spec"))
+        assert d2.config == d.config and ("input_norm.weight" in d2.state_dict()) == bool(norms.get("norm_before_fc"))
+        assert all(torch.equal(a, b) for a, b in zip(ref, [d2.logits(s) for s in d2.ttt_forward(x, aux, [9], 3)]))
+    with pytest.raises(InputError, match="EAGLE-3.1's"): export_sglang(d, tmp_path/"sglang")

@@ -26,17 +26,23 @@ h.remove()
 torch.save({"logits": logits}, io + "/outputs.pt")
 json.dump({"class": type(m).__name__, "unexpected": sorted(k for k in t if k not in sd), "missing": sorted(k for k in sd if k not in t),
            "not_equal": sorted(k for k in t if k in sd and not torch.equal(sd[k], t[k])),
-           "norm_before_residual": m.config.norm_before_residual, "aux_ids": m.config.eagle_aux_hidden_state_layer_ids},
+           "norm_before_residual": m.config.norm_before_residual, "aux_ids": m.config.eagle_aux_hidden_state_layer_ids,
+           "norms": [m.config.norm_before_fc, m.config.fc_norm, m.config.norm_output]},
           open(io + "/report.json", "w"))
 '''  # noqa: E501
 
-@pytest.mark.parametrize("norm_before_residual", [False, True])
-def test_speculators_loads_our_export(tmp_path, norm_before_residual):
+NORMS = ("norm_before_fc", "fc_norm", "norm_output")
+
+@pytest.mark.parametrize("norm_before_residual,norms", [(False, ()), (True, ()), (False, ("fc_norm", "norm_output")),
+                                                        (False, ("norm_before_fc", "norm_output"))])
+def test_speculators_loads_our_export(tmp_path, norm_before_residual, norms):
+    "Plain EAGLE-3 either residual convention, and EAGLE-3.1's norms (speculators' default), read as we wrote them."
     py = os.environ.get("EAGLE3NB_SPECULATORS_PYTHON")
     if not py: pytest.fail("EAGLE3NB_SPECULATORS_PYTHON is not set: run this tier with `make test-vllm` (it "
                            "installs speculators)")
     tgt = load_target("tiny-llama")
-    d = new_drafter(tgt, list(range(0, 4000, 2)), [2, 4, 5], norm_before_residual=norm_before_residual).eval()
+    d = new_drafter(tgt, list(range(0, 4000, 2)), [2, 4, 5], norm_before_residual=norm_before_residual,
+                    **{n: n in norms for n in NORMS}).eval()
     torch.manual_seed(1)
     for p in d.parameters():
         if p.requires_grad: torch.nn.init.normal_(p, std=0.2)
@@ -57,6 +63,7 @@ def test_speculators_loads_our_export(tmp_path, norm_before_residual):
     assert rep["missing"] == ["verifier_lm_head.weight", "verifier_norm.weight"], rep
     assert rep["not_equal"] == [], rep                                           # bit-equal, embed_tokens included
     assert rep["norm_before_residual"] is norm_before_residual and rep["aux_ids"] == [2, 4, 5]
+    assert rep["norms"] == [n in norms for n in NORMS], rep
     got = torch.load(tmp_path/"outputs.pt")["logits"]
     assert len(got) == steps
     for k, (a, b) in enumerate(zip(ref, got)): torch.testing.assert_close(b, a, atol=1e-5, rtol=0, msg=f"TTT step {k}")

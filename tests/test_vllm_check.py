@@ -1,0 +1,49 @@
+"""`eagle3nb.vllm_check`: vLLM's own spec-decode counters beside eagle3nb's replay row (vLLM tier, the server of the
+`vllm_spec_check` fixture in conftest.py, shared with tests/test_vllm_spec.py); and, in the default tier, that a
+server which cannot serve comes back as `not_run` with its reason instead of an error."""
+import importlib.util, json, stat, sys
+import pytest
+from conftest import SPEC_K as K, SPEC_MAX_TOKENS
+from eagle3nb.vllm_check import vllm_check
+
+@pytest.mark.vllm
+def test_vllm_counters_beside_eagle3nb(vllm_spec_check):
+    res, row = vllm_spec_check["result"], vllm_spec_check["row"]
+    v, n = res["vllm"], len(vllm_spec_check["cases"])
+    json.dumps(res)                                               # what the export stage writes to vllm_check.json
+    assert (res["k"], res["n_prompts"], res["max_new_tokens"]) == (K, n, SPEC_MAX_TOKENS)
+    assert res["prompts_equal_expected"] == n and res["eagle3nb"] == row
+    assert v["output_tokens"] == sum(map(len, vllm_spec_check["local"]))
+    assert v["target_forwards"] == n + v["drafts"]                # a prefill per prompt, then one forward per verify
+    assert abs(1 + sum(v["per_position"]) - v["tau"]) < 1e-3
+    d = res["difference"]
+    print(f"vLLM {v}\neagle3nb replay {row}\ndifference {d}")
+    assert abs(d["tau"]) <= 0.02 and abs(d["tokens_per_forward"]) <= 0.02 and abs(d["drafts_pct"]) <= 2
+    assert all(abs(x) <= 0.03 for x in d["per_position"])
+    st = vllm_spec_check["stats"]                                 # the replay is the in-process loop
+    assert (row["drafts"], row["accepted"]) == (st.drafts, st.accepted)
+    after = vllm_spec_check["log"].with_suffix(".metrics-after.txt").read_text()
+    assert "vllm:spec_decode_num_drafts_total" in after           # vLLM's own page, kept beside its log
+
+def _check(tmp_path, python, timeout=30):
+    ex = tmp_path/"export"
+    ex.mkdir(exist_ok=True)
+    (ex/"config.json").write_text("{}")
+    return vllm_check(ex, "smollm2", [[1, 2, 3]], k=2, max_new_tokens=4, log=tmp_path/"server.log",
+                      python=python, timeout=timeout)
+
+def test_not_run_without_vllm(tmp_path, monkeypatch):
+    monkeypatch.delenv("EAGLE3NB_VLLM_PYTHON", raising=False)
+    monkeypatch.setenv("VLLM_VENV", str(tmp_path/"none"))
+    r = _check(tmp_path, None)
+    assert "setup_vllm.sh" in r["not_run"] and r["k"] == 2
+    if importlib.util.find_spec("vllm") is None:                  # this venv's python: no vllm in it
+        r = _check(tmp_path, sys.executable)
+        assert r["not_run"].startswith("VllmError: vLLM exited (1) before serving: that python has no vllm")
+
+def test_not_run_when_the_server_hangs(tmp_path):
+    hang = tmp_path/"python"
+    hang.write_text("#!/bin/sh\nexec sleep 60\n")
+    hang.chmod(hang.stat().st_mode | stat.S_IEXEC)
+    r = _check(tmp_path, str(hang), timeout=1)
+    assert "not healthy after 1 s" in r["not_run"] and "raise the timeout" in r["not_run"]
