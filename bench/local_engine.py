@@ -10,7 +10,13 @@ token (target 48/48). Also batch 1 (one request at a time) tokens/s, and with --
 bfloat16: its speed and greedy agreement with float32.
 
     .venv/bin/python bench/local_engine.py [--n 48] [--max-new-tokens 128] [--concurrency 16] [--batch1 4] [--rounds 2] [--skip-vllm] [--bf16]
-                                           [--threads N] [--dump DIR]
+                                           [--threads N] [--dump DIR] [--prompts FILE]
+
+`--prompts FILE` runs a real run's prompt records (`id`, `prompt_ids`) instead of ShareGPT's, e.g. the main job's
+`runs/default/generate_prompts.jsonl` (64 prompts, 33-3,498 tokens) with `--max-new-tokens 384 --batch1 0 --rounds 1`:
+the workload `_stage_generate` drives (`eagle3nb serve`, concurrency 16); vLLM's `--max-model-len` then fits the
+longest prompt + max_new_tokens. Under `taskset -c C` (one core) vLLM's OpenMP threads are bound to that core
+(`VLLM_CPU_OMP_THREADS_BIND`), and `--threads 1` gives the local server the same single thread.
 
 `--threads N` runs the local server with N OpenMP threads (default: torch's, every core; vLLM-cpu on 2 cores runs 1).
 `--dump DIR` writes each engine's outputs to DIR/<engine>.json ({prompt id: output ids}).
@@ -34,6 +40,17 @@ def make_prompts(n:int) -> Path:
         for r in recs: w.write({"id": r["id"], "prompt_ids": r["prompt_ids"]})
     return src/"prompts.jsonl"
 
+def bench_prompts(a) -> Path:
+    "The prompts of this run: `--prompts FILE` as it is, else the first `--n` ShareGPT prompts."
+    if not a.prompts: return make_prompts(a.n)
+    import json
+    lines = Path(a.prompts).read_text().splitlines()
+    a.n = len(lines)
+    src = Path(tempfile.mkdtemp(prefix="bench-local-"))/"prompts.jsonl"
+    src.write_text("".join(json.dumps({"id": o["id"], "prompt_ids": o["prompt_ids"]}) + "\n"
+                           for o in map(json.loads, lines)))
+    return src
+
 def run_client(engine, prompts:Path, max_new_tokens:int, concurrency:int, limit=None) -> tuple:
     "`eagle3nb generate`'s client over one engine: (seconds, tokens, {id: output_ids})."
     from eagle3nb.core import read_jsonl
@@ -42,7 +59,7 @@ def run_client(engine, prompts:Path, max_new_tokens:int, concurrency:int, limit=
     run = Path(tempfile.mkdtemp(prefix="bench-run-"))
     t0 = time.perf_counter()
     m = asyncio.run(generate_async(run, [engine], Sampling(max_new_tokens=max_new_tokens), concurrency=concurrency,
-                                   prompts_path=prompts, limit=limit, progress=False))
+                                   prompts_file=prompts, n_prompts=limit, progress=False))
     dt = time.perf_counter() - t0
     assert m["counts"]["failed"] == 0, m["counts"]
     out = {r["id"]: r["output_ids"] for r in read_jsonl(run/"generate/generations.jsonl")}
@@ -69,12 +86,20 @@ def local_server(dtype="float32", max_batch=16, threads=None):
         proc.terminate()
         proc.wait(60)
 
+def cpu_bind() -> dict:
+    "vLLM's thread binding for the cores this process may use, where that is not every core (e.g. `taskset -c 1`)."
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not cores or len(cores) == os.cpu_count(): return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores))}
+
 @contextmanager
-def vllm_local_server():
+def vllm_local_server(max_model_len:int=1024):
     "vllm-cpu's OpenAI server on SmolLM2 (float32, eager, as the vLLM test tier runs it); yields `(url, make_engine)`."
     from eagle3nb.engines import VLLMEngine
     from eagle3nb.models import target_dir
-    with vllm_server(VLLM_PY, target_dir("smollm2")) as (url, _): yield url, lambda: VLLMEngine(url)
+    env = {**cpu_bind(), "VLLM_CPU_KVCACHE_SPACE": "4"}
+    with vllm_server(VLLM_PY, target_dir("smollm2"), max_model_len=max_model_len, env=env) as (url, _):
+        yield url, lambda: VLLMEngine(url)
 
 def measure(makers:dict, prompts, a, rounds:int) -> dict:
     ("Rounds of full runs, alternating between the engines; each one's best run counts (the machine is shared: the "
@@ -107,17 +132,21 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="OpenMP threads of the local server (default: "
                                                               "torch's, every core)")
     ap.add_argument("--dump", default=None, help="write each engine's outputs to DIR/<engine>.json")
+    ap.add_argument("--prompts", default=None, help="prompt records (id, prompt_ids) to run instead of ShareGPT's")
     a = ap.parse_args()
-    prompts = make_prompts(a.n)
+    prompts = bench_prompts(a)
     import json
-    n_prompt = sum(len(json.loads(l)["prompt_ids"]) for l in prompts.read_text().splitlines())
-    print(f"local engine vs vllm-cpu: {a.n} ShareGPT prompts ({n_prompt} prompt tokens, <= 512 each), "
-          f"SmolLM2-135M-Instruct, greedy, max_new_tokens {a.max_new_tokens}, concurrency {a.concurrency}, "
-          f"{os.cpu_count()} CPU cores")
+    lens = [len(json.loads(l)["prompt_ids"]) for l in prompts.read_text().splitlines()]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"local engine vs vllm-cpu: {a.n} {'prompts of ' + a.prompts if a.prompts else 'ShareGPT prompts'} "
+          f"({sum(lens)} prompt tokens, {min(lens)}-{max(lens)} each), SmolLM2-135M-Instruct, greedy, max_new_tokens "
+          f"{a.max_new_tokens}, concurrency {a.concurrency}, {cores} of {os.cpu_count()} CPU cores "
+          f"{cpu_bind() or ''}")
     have_vllm = VLLM_PY.exists() and not a.skip_vllm
     with ExitStack() as stack:   # both servers up at once, each idle while the other one runs
         url, make_local = stack.enter_context(local_server(max_batch=a.concurrency, threads=a.threads))
-        make_vllm = stack.enter_context(vllm_local_server())[1] if have_vllm else None
+        mml = max(1024, -(-(max(lens) + a.max_new_tokens + 1) // 256) * 256)
+        make_vllm = stack.enter_context(vllm_local_server(mml))[1] if have_vllm else None
         import httpx
         res = measure({"local": make_local, **({"vllm": make_vllm} if have_vllm else {})}, prompts, a, a.rounds)
         loc, vl = res["local"], res.get("vllm")

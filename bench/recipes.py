@@ -28,17 +28,18 @@ VARIANTS = {
     "epochs2": {"epochs": 2},
     "epochs6": {"epochs": 6},
     "init_layer": {"init_layer": "target"},
-    "norms31": {"norm_before_fc": True, "fc_norm": True, "norm_output": True},
+    "norms31": {"norm_before_fc": True, "norm_output": True},   # speculators' default for eagle3
+    "fc_norm31": {"fc_norm": True, "norm_output": True},
     "labels_only": {"loss_positions": "labels"},
 }
 TUNE = slice(32, 64)
 
 
-def subset_capture(base:Path, run:Path, n_context:int|None):
-    "RUN/capture: the base capture, or its generated records plus the first `n_context` context records."
+def subset_capture(base:Path, run:Path, n_context:int|None, generated:bool=True):
+    "RUN/capture: the base capture, or a subset: generated records (or none), the first `n_context` context ones."
     cap = run/"capture"
     if cap.exists() or cap.is_symlink(): shutil.rmtree(cap) if not cap.is_symlink() else cap.unlink()
-    if n_context is None:
+    if n_context is None and generated:
         cap.symlink_to((base/"capture").resolve())
         return
     cap.mkdir()
@@ -48,22 +49,27 @@ def subset_capture(base:Path, run:Path, n_context:int|None):
     for line in open(base/"capture"/"index.jsonl"):
         o = json.loads(line)
         if o["id"].startswith("context-"):
-            if n >= n_context: continue
+            if n_context is not None and n >= n_context: continue
             n += 1
+        elif not generated: continue
         rows.append(line)
     (cap/"index.jsonl").write_text("".join(rows))
 
 
-def variant_run(base:Path, out:Path, name:str, n_context:int|None) -> Path:
+def variant_run(base:Path, out:Path, name:str, n_context:int|None, generated:bool=True) -> Path:
     "A run directory whose prompts, generations and records are the base run's (links), and a capture (sub)set."
-    run = out/(name + ("" if n_context is None else f"-ctx{n_context}"))
+    run = out/(name + ("" if n_context is None else f"-ctx{n_context}") + ("" if generated else "-nogen"))
     run.mkdir(parents=True, exist_ok=True)
     for d in ("prompts", "generate", "validate", "context"):
         if (base/d).exists() and not (run/d).exists(): (run/d).symlink_to((base/d).resolve())
     for f in ("capture_records.jsonl",):
         if (base/f).exists() and not (run/f).exists(): (run/f).symlink_to((base/f).resolve())
-    subset_capture(base, run, n_context)
+    subset_capture(base, run, n_context, generated)
     return run
+
+
+def items_len(run:Path) -> list:
+    return [json.loads(x)["length"] for x in open(run/"capture"/"index.jsonl")]
 
 
 def tuning_set(base:Path, c) -> list:
@@ -80,6 +86,7 @@ def main():
     ap.add_argument("--out", default="runs/recipes")
     ap.add_argument("--size", default="small", help="the SIZES preset whose training settings are the baseline")
     ap.add_argument("--context", type=int, default=None, help="context records to train on (default: all captured)")
+    ap.add_argument("--no_generated", action="store_true", help="leave the generated records out (context only)")
     ap.add_argument("--set", action="append", default=[], help="extra training override key=value (JSON value)")
     ap.add_argument("--max_new_tokens", type=int, default=96)
     a = ap.parse_args()
@@ -102,7 +109,8 @@ def main():
     outputs = json.loads(cache.read_text()) if cache.exists() else None
     for name in a.variants:
         over = {**VARIANTS[name], **extra}
-        run = variant_run(base, out, name + "".join(f"-{k}{v}" for k, v in extra.items()), a.context)
+        run = variant_run(base, out, name + "".join(f"-{k}{v}" for k, v in extra.items()), a.context,
+                          not a.no_generated)
         t0 = time.time()
         m = train(run, aux_layers=c.capture.aux_layers, fresh=True, progress=False, **{**asdict(c.train), **over})
         secs = time.time() - t0
@@ -114,7 +122,8 @@ def main():
             outputs = [res["outputs"][i] for i, _ in ps]
             cache.write_text(json.dumps(outputs))
         e, g = res["best"]["eagle3"], res["best"]["ngram"]
-        row = {"variant": name, "overrides": over, "context": a.context, "base": str(base),
+        row = {"variant": name, "overrides": over, "context": a.context, "generated": not a.no_generated,
+               "base": str(base), "train_tokens": sum(items_len(run)),
                "train_steps": m["counts"]["steps"], "train_records": m["counts"]["train_records"],
                "train_seconds": round(secs, 1), "threads": torch.get_num_threads(),
                "tuning_prompts": len(ps), "max_new_tokens": a.max_new_tokens, "heldout_check": checked,

@@ -13,11 +13,13 @@ from fastcore.basics import patch
 from .core import (InputError, JsonlReader, JsonlWriter, check_settings, read_json, read_manifest, write_json,
                            write_jsonl_atomic, write_manifest)
 from .models import load_target, sglang_layer_ids
+from .lean import LeanLlama
 
 # %% auto #0
-__all__ = ['default_aux_layers', 'base_model', 'decoder_layers', 'catch_aux', 'forward_states', 'record_hash', 'ShardWriter',
-           'shard_rows', 'complete_shards', 'CaptureReader', 'dist_env', 'first_nonfinite', 'capture_config',
-           'lock_config', 'read_records', 'run_capture', 'CaptureConfig', 'capture', 'export_specforge']
+__all__ = ['default_aux_layers', 'base_model', 'decoder_layers', 'catch_aux', 'forward_states', 'lean_states', 'record_hash',
+           'ShardWriter', 'shard_rows', 'complete_shards', 'CaptureReader', 'dist_env', 'first_nonfinite',
+           'capture_config', 'lock_config', 'read_records', 'run_capture', 'CaptureConfig', 'capture',
+           'export_specforge']
 
 # %% ../nbs/07_capture.ipynb #6d383e1a
 def default_aux_layers(num_layers:int) -> list:
@@ -59,6 +61,14 @@ def forward_states(model, batch_ids:list, aux_layers:list, device="cpu"):
     with catch_aux(model, aux_layers) as aux_of, torch.inference_mode():
         out = base_model(model)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
     return aux_of(out.last_hidden_state.device), out.last_hidden_state, [len(x) for x in batch_ids]
+
+# %% ../nbs/07_capture.ipynb #8bf1f796
+def lean_states(lean:LeanLlama, batch_ids:list, aux_layers:list, device="cpu") -> list:
+    "One batch through the lean forward, flat (no padding): `(aux [T, 3H], final [T, H])` of each sequence."
+    lens = [len(x) for x in batch_ids]
+    with torch.inference_mode():
+        aux, final = lean.states(torch.tensor([t for x in batch_ids for t in x], device=device), lens, aux_layers)
+    return list(zip(aux.split(lens), final.split(lens)))
 
 # %% ../nbs/07_capture.ipynb #53d1d213
 _DT = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -360,13 +370,15 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             aux_layers:list|None=None, # HF hidden-state indices (default [2, L//2, L-3])
             dtype:str="bfloat16", # storage dtype of the states
             max_tokens:int|None=None, # skip longer records (default: the model's context length)
-            batch_tokens:int=8192, # padded tokens per forward pass
+            batch_tokens:int=8192, # tokens per forward pass (padded ones, where the batch is padded)
             shard_tokens:int=1 << 16, # tokens per shard file
             model_dtype:str="float32", # dtype to run the target in
             device:str|None=None, # default: this rank's GPU, else CPU; "auto" spreads one model over all GPUs
             records=None, # read records from here instead of run/validate/records.jsonl
             fresh:bool=False, # discard what run/capture holds and start over
-            progress:bool=True) -> dict|None:
+            progress:bool=True,
+            lean:bool=True, # on a CPU, the lean forward for models it knows; False: transformers' padded forward
+           ) -> dict|None:
     "Capture aux and final hidden states of every validated record with the target in this process; the manifest."
     t0, run = time.time(), Path(run)
     rank, world, distributed = dist_env()
@@ -383,8 +395,14 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
     def states(fits):
         if not fits: return
         model = tgt.load_model(model_dtype, device)
+        fwd = (LeanLlama(model, max(len(r["input_ids"]) for r in fits))
+               if lean and device == "cpu" and LeanLlama.unsupported(model) is None else None)
         for batch in _batches(fits, batch_tokens):
-            aux, final, lens = forward_states(model, [r["input_ids"] for r in batch], aux_layers, device)
+            ids = [r["input_ids"] for r in batch]
+            if fwd is not None:
+                for r, (a, f) in zip(batch, lean_states(fwd, ids, aux_layers, device)): yield r, a, f, None
+                continue
+            aux, final, lens = forward_states(model, ids, aux_layers, device)
             for b, r in enumerate(batch): yield r, aux[b, :lens[b]], final[b, :lens[b]], None
     return run_capture(run, tgt, aux_layers, dtype, cfg, states, max_tokens, shard_tokens=shard_tokens, records=records,
                        fresh=fresh, progress=progress, t0=t0,

@@ -213,11 +213,12 @@ def engines_for(cfg:GenerateConfig, # `engine`, `urls` and the HTTP settings
     http = dict(timeout=cfg.timeout, timeout_per_token=cfg.timeout_per_token, max_retries=cfg.max_retries)
     if cfg.engine in ("sglang", "vllm"):
         return [make_engine(cfg.engine, u, **http) for u in cfg.urls or [None]], lambda: None
-    if cfg.engine == "local": return [make_engine("local", target=target)], lambda: None
+    # the engine this process starts decodes as many rows at once as the client keeps requests in flight
+    if cfg.engine == "local": return [make_engine("local", target=target, max_batch=cfg.concurrency)], lambda: None
     if cfg.engine != "serve": raise InputError(f"engine {cfg.engine!r}: use sglang, vllm, local or serve")
     if target is None: raise InputError("engine serve needs a target (--target: a model directory or built-in name)")
     from eagle3nb.serve import start_server_process
-    proc, url = start_server_process(target)
+    proc, url = start_server_process(target, max_batch=cfg.concurrency)
     print(f"serving {target} on {url} (eagle3nb serve, SGLang wire format)")
     def stop():
         proc.terminate()

@@ -201,6 +201,24 @@ def unsupported(model) -> str|None:
        not all(hasattr(f, k) for k in ("gate_proj", "up_proj", "down_proj")): return "an unfamiliar layer layout"
     return None
 
+# %% ../nbs/03a_lean.ipynb #3afaed74
+@patch
+def _qkv(self:LeanLlama, p:dict, x, cos, sin) -> tuple:
+    "A layer's queries, keys and values, `[tokens, heads, head_dim]` each: fused projection, normed (Qwen3), rotated."
+    N, Hq, Hkv, D = x.shape[0], self.Hq, self.Hkv, self.D
+    qkv = p["qkv"](_rms(x, p["ln1"], p["eps1"]))
+    q, k, v = (qkv[:, :Hq * D].view(N, Hq, D), qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D),
+               qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D))
+    if p["qn"] is not None: q, k = _rms(q, *p["qn"]), _rms(k, *p["kn"])
+    return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+@patch
+def _rest(self:LeanLlama, p:dict, x, attn):
+    "A layer after its attention `attn` `[tokens, heads * head_dim]`: output projection, MLP, each with its residual."
+    x = x + p["o"](attn)
+    gu = p["gu"](_rms(x, p["ln2"], p["eps2"]))
+    return x + p["down"](torch.nn.functional.silu(gu[:, :self.I]) * gu[:, self.I:])
+
 # %% ../nbs/03a_lean.ipynb #93795219
 @patch
 def forward(self:LeanLlama, ids, # `[tokens]`: the decode rows' last ids, then the joining prompts, flat
@@ -217,11 +235,7 @@ def forward(self:LeanLlama, ids, # `[tokens]`: the decode rows' last ids, then t
     cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
     x = F.embedding(ids, self.embed)
     for l, p in enumerate(self.layers):
-        qkv = p["qkv"](_rms(x, p["ln1"], p["eps1"]))
-        q, k, v = (qkv[:, :Hq * D].view(N, Hq, D), qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D),
-                   qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D))
-        if p["qn"] is not None: q, k = _rms(q, *p["qn"]), _rms(k, *p["kn"])
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        q, k, v = self._qkv(p, x, cos, sin)
         kb, vb, outs = cache.keys[l], cache.values[l], []
         if n_dec:
             # every row's new key/value at its own length
@@ -242,8 +256,28 @@ def forward(self:LeanLlama, ids, # `[tokens]`: the decode rows' last ids, then t
             o = F.scaled_dot_product_attention(q[st:st + L].transpose(0, 1)[None], ks[None], vs[None],
                                                is_causal=True, scale=p["scale"], enable_gqa=True)
             outs.append(o[0].transpose(0, 1).reshape(L, Hq * D))
-        x = x + p["o"](outs[0] if len(outs) == 1 else torch.cat(outs))
-        gu = p["gu"](_rms(x, p["ln2"], p["eps2"]))
-        x = x + p["down"](F.silu(gu[:, :self.I]) * gu[:, self.I:])
+        x = self._rest(p, x, outs[0] if len(outs) == 1 else torch.cat(outs))
     last = list(range(n_dec)) + [st + L - 1 for _, st, L in segs]
     return self.head(_rms(x[last] if len(last) < N else x, self.norm, self.eps))
+
+# %% ../nbs/03a_lean.ipynb #6120fd9a
+@patch
+def states(self:LeanLlama, ids, # `[tokens]`: whole sequences, flat, one after the other
+           lens:list, # each sequence's length, in order
+           aux_layers:list, # HF hidden-state indices: the state entering each of these layers (0: the embeddings)
+          ) -> tuple:
+    ("`(aux [tokens, len(aux_layers) * hidden], final [tokens, hidden])`: transformers' `hidden_states[i]` for `i` in "
+     "`aux_layers`, side by side, and the last (normed) one.")
+    F = torch.nn.functional
+    pos = torch.cat([torch.arange(L, device=ids.device) for L in lens])
+    cos, sin, starts = self.cos[pos][:, None], self.sin[pos][:, None], [sum(lens[:i]) for i in range(len(lens))]
+    x, aux = F.embedding(ids, self.embed), {}
+    for l, p in enumerate(self.layers):
+        if l in aux_layers: aux[l] = x
+        q, k, v = self._qkv(p, x, cos, sin)
+        outs = [F.scaled_dot_product_attention(q[s:s + L].transpose(0, 1)[None], k[s:s + L].transpose(0, 1)[None],
+                                               v[s:s + L].transpose(0, 1)[None], is_causal=True, scale=p["scale"],
+                                               enable_gqa=True)[0].transpose(0, 1).reshape(L, -1)
+                for s, L in zip(starts, lens)]
+        x = self._rest(p, x, outs[0] if len(outs) == 1 else torch.cat(outs))
+    return torch.cat([aux[l] for l in aux_layers], -1), _rms(x, self.norm, self.eps)
