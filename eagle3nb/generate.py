@@ -180,6 +180,7 @@ class GenerateConfig:
     engine: str = "sglang"  # sglang or vllm (servers at `urls`); local (in process); serve (`eagle3nb serve`, loopback)
     urls: list = field(default_factory=list)  # server base URLs for sglang / vllm (several spread the load)
     n_prompts: int | None = None  # generate for the first N prompts (None: all of them)
+    max_prompt_tokens: int | None = None  # the main job: generate only for prompts this long or shorter
     n_samples: int = 1  # samples per prompt
     max_new_tokens: int = 2048  # most tokens to generate per sample
     temperature: float = 0.0  # 0 is greedy (the evaluation is greedy)

