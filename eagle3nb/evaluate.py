@@ -652,6 +652,12 @@ def plot_report(report:dict, out_dir) -> list:
     note = (f"{c['target_name']} · chain · T={c['temperature']} · {c['n_prompts']} prompts ({c['prompts_name']}) · "
             f"{c['max_new_tokens']} new tokens")
     paths = []
+    def save(fig, ax, name):   # legend, grid, file, closed
+        for a in (ax if isinstance(ax, (list, tuple)) else [ax]): a.legend(fontsize=7), a.grid(alpha=.3)
+        fig.tight_layout()
+        fig.savefig(out/name, dpi=110)
+        paths.append(out/name)
+        plt.close(fig)
     by = lambda m: [r for r in rows if r["method"] == m]
     fig, axs = plt.subplots(1, 3, figsize=(15, 4))
     for m, mk, col in (("eagle3", "o", "C0"), ("ngram", "s", "C1")):
@@ -681,13 +687,8 @@ def plot_report(report:dict, out_dir) -> list:
                       "wall-clock tokens/s vs target alone (loop)")):
         ax.set_xlabel("K (draft tokens per verify step)")
         ax.set_title(t, fontsize=10)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=.3)
     fig.suptitle(note, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out/"acceptance_vs_k.png", dpi=110)
-    paths.append(out/"acceptance_vs_k.png")
-    plt.close(fig)
+    save(fig, list(axs), "acceptance_vs_k.png")
     if sw := report.get("vocab_sweep"):
         fig, ax = plt.subplots(figsize=(6, 4))
         ns = [s["draft_vocab_size"] for s in sw]
@@ -701,12 +702,7 @@ def plot_report(report:dict, out_dir) -> list:
         ax.set(xlabel="draft vocabulary size N", ylabel="tokens per target forward (replay)",
                title=f"tokens per target forward against N\n{note}")
         ax.title.set_fontsize(9)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=.3)
-        fig.tight_layout()
-        fig.savefig(out/"vocab_sweep.png", dpi=110)
-        paths.append(out/"vocab_sweep.png")
-        plt.close(fig)
+        save(fig, ax, "vocab_sweep.png")
     rs, longest = by("eagle3"), max(by_k.get("eagle3", []), key=lambda r: r["k"], default=None)
     if rs or longest:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -718,12 +714,7 @@ def plot_report(report:dict, out_dir) -> list:
         ax.set_ylabel("share of verify steps whose k-th draft was accepted")
         ax.set_ylim(0, 1.02)
         ax.set_title(f"eagle3 per-position acceptance\n{note}", fontsize=9)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=.3)
-        fig.tight_layout()
-        fig.savefig(out/"per_position.png", dpi=110)
-        paths.append(out/"per_position.png")
-        plt.close(fig)
+        save(fig, ax, "per_position.png")
     return paths
 
 # %% ../nbs/10_evaluate.ipynb #1659c38d
