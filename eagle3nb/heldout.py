@@ -42,7 +42,7 @@ def split_prompts(prompts:list, # prompt records (`id`, `prompt_ids`, and `conve
     gen = fits if n_generate is None else fits[:n_generate]
     gen_ids = {id(p) for p in gen}
     last = max((i for i, p in enumerate(train) if id(p) in gen_ids), default=-1)
-    return gen, held, [p for p in train[last + 1:]]
+    return gen, held, train[last + 1:]
 
 # %% ../nbs/02a_heldout.ipynb #ab0056b7
 @dataclass

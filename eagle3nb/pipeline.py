@@ -80,14 +80,15 @@ def heldout_prompts(run, c:PipelineConfig) -> Path:
     return run/"evaluate_prompts.jsonl"
 
 # %% ../nbs/12b_pipeline.ipynb #d81b0e05
-def sealed_file(run, c:PipelineConfig) -> Path|None:
+def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (default: written by `heldout_prompts`)
+               ) -> Path|None:
     "Write `RUN/sealed_prompts.jsonl` (`[evaluate] sealed_n_prompts` from the far end of the data); None when 0."
     if not c.evaluate.sealed_n_prompts or c.evaluate.temperature: return None
     from eagle3nb.heldout import sealed_prompts
     from eagle3nb.models import load_target
     from eagle3nb.prompts import conversation_of
     run, tgt = Path(run), load_target(c.target)
-    held = {conversation_of(o) for _, o in JsonlReader(heldout_prompts(run, c))}
+    held = {conversation_of(o) for _, o in JsonlReader(held or heldout_prompts(run, c))}
     ps = sealed_prompts(c.data.inputs, tgt.tokenizer, c.evaluate.sealed_n_prompts, c.data.heldout_share, held,
                         c.data.max_prompt_tokens or tgt.context_length, c.data.thinking)
     if not ps: return None
@@ -160,9 +161,10 @@ def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.evaluate import TooLarge, evaluate
     e = c.evaluate
-    try: rep = evaluate(run, heldout_prompts(run, c), ks=e.ks, temperature=e.temperature,
+    held = heldout_prompts(run, c)
+    try: rep = evaluate(run, held, ks=e.ks, temperature=e.temperature,
                         max_new_tokens=e.max_new_tokens, ngram=e.ngram, draft_sample=e.draft_sample, device=e.device,
-                        dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c))
+                        dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c, held))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         (run/"evaluate"/"report.json").unlink(missing_ok=True)
         return f"evaluate: not run in this process: {err}"
