@@ -9,19 +9,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import InputError, read_json, stage_dir, write_json, write_manifest
+from .core import InputError, read_json, stage_dir, write_json, write_jsonl_atomic, write_manifest
 from .capture import catch_aux
 from .drafter import Drafter, load_drafter
 from .models import eos_ids, kv_cache_kwarg
-from .heldout import check_drafter_heldout, prompt_records
+from .heldout import check_drafter_heldout, prompt_records, screen_drafter_heldout
 from .train import tau_sim, walk
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'DTYPES', 'TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode',
            'BatchTargetCache', 'BatchDrafterCache', 'spec_decode_batch', 'run_prompts', 'sweep', 'greedy_tail',
-           'replay_stats', 'replay_ngram', 'chain_drafts', 'replay_eagle3', 'by_k_row', 'replay', 'measure_replay',
-           'measure_costs', 'recommend_k', 'resolve_device', 'drafter_to', 'param_count', 'device_memory', 'TooLarge',
-           'check_fits', 'tau_sim_by_k', 'plot_report', 'vocab_sweep', 'EvaluateConfig', 'evaluate', 'print_report']
+           'tail_and_aux', 'replay_stats', 'greedy_runs', 'NgramIndex', 'replay_ngram', 'chain_drafts', 'replay_eagle3',
+           'by_k_row', 'ngram_name', 'replay_prompts', 'sum_rows', 'replay', 'measure_replay', 'prompt_texts',
+           'per_prompt_records', 'peak_ks', 'measure_costs', 'recommend_k', 'expected_speedup', 'resolve_device',
+           'drafter_to', 'param_count', 'device_memory', 'TooLarge', 'check_fits', 'tau_sim_by_k', 'plot_report',
+           'vocab_sweep', 'EvaluateConfig', 'evaluate', 'power_lines', 'print_report']
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
@@ -390,6 +392,7 @@ def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids
           temperature:float=0.0, ngram:bool=True, progress:bool=True,
           greedy_draft:bool=True, # at T > 0, argmax drafts (vLLM's default `draft_sample_method`) or sampled ones
           batch_size:int=1, # prompts in flight at once
+          lookup:tuple=(2, 4), # n-gram's (prompt_lookup_min, prompt_lookup_max)
          ) -> dict:
     "Decode every prompt with the target alone, then drafter and n-gram lookup at each K; rows of vLLM-style counters."
     from tqdm.auto import tqdm
@@ -399,7 +402,8 @@ def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids
     rows, base = [], None
     for name, method, k in tqdm(plan, desc="evaluate", disable=not progress):
         outs, st = run_prompts(model, prompts, max_new_tokens, eos_ids, drafter=drafter, k=k, method=method,
-                               temperature=temperature, greedy_draft=greedy_draft, batch_size=batch_size)
+                               temperature=temperature, greedy_draft=greedy_draft, batch_size=batch_size,
+                               ngram=tuple(lookup))
         if base is None: base = outs
         rows.append({"method": name, **st.summary(), "outputs_equal_target": outs == base,
                      "prompts_equal_target": sum(o == b for o, b in zip(outs, base))})
@@ -411,12 +415,17 @@ def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids
 @torch.inference_mode()
 def greedy_tail(model, ids:list, n:int) -> list:
     "`n` more greedy tokens after `ids`, EOS ignored: what a verify forward past the end of an output compares against."
-    tc, out = TargetCache(model), []
-    logits, _ = tc(ids)
+    return tail_and_aux(model, ids, n)[0]
+
+@torch.inference_mode()
+def tail_and_aux(model, ids:list, n:int, aux_layers:list|None=None) -> tuple:
+    "`(greedy_tail(model, ids, n), aux states of ids [len(ids), 3H] or None)` from one prefill."
+    tc, out = TargetCache(model, aux_layers), []
+    logits, aux = tc(ids)
     for j in range(n):
         out.append(int(logits[-1].argmax()))
         if j < n - 1: logits, _ = tc([out[-1]])
-    return out
+    return out, aux
 
 def _leading(drafts:list, truth:list) -> tuple:
     "`(proposed, accepted)`: how many drafts, and how many of them lead in agreement with `truth`."
@@ -430,26 +439,101 @@ def replay_stats(c:dict, k:int, n_out:int) -> SpecStats:
                      accepted_per_pos=list(c["accepted_per_pos"]), target_forwards=1 + c["cycles"],
                      output_tokens=n_out)
 
+# %% ../nbs/10_evaluate.ipynb #bb783165
+@torch.inference_mode()
+def _greedy_batch(model, prompts:list, max_new_tokens:int, eos:set, tail:int, aux_layers:list|None) -> list:
+    "One batch of `greedy_runs` through transformers' forward (`BatchTargetCache`), for targets the engine cannot run."
+    B, tgt = len(prompts), BatchTargetCache(model, aux_layers)
+    logits, aux = tgt([list(p) for p in prompts], last=True)
+    auxs = [[aux[b, :len(p)]] if aux is not None else [] for b, p in enumerate(prompts)]
+    outs, tails, rows, nxt = [[] for _ in range(B)], [[] for _ in range(B)], list(range(B)), logits.argmax(-1).tolist()
+    ended = [False] * B
+    while True:
+        for b, i in enumerate(rows):
+            if ended[i]: tails[i].append(nxt[b])
+            else:
+                outs[i].append(nxt[b])
+                ended[i] = nxt[b] in eos or len(outs[i]) >= max_new_tokens
+        left = [i for i in rows if not (ended[i] and len(tails[i]) >= tail)]
+        if not left: break
+        if left != rows: tgt.select([rows.index(i) for i in left])
+        feed = [[(tails[i] or outs[i])[-1]] for i in left]
+        rows = left
+        logits, aux = tgt(feed)
+        nxt = logits[:, -1].argmax(-1).tolist()
+        for b, i in enumerate(rows):
+            if aux is not None and not tails[i]: auxs[i].append(aux[b, :1])   # an answer token's states
+    return [{"output": o, "tail": t, "aux": torch.cat(a) if a else None} for o, t, a in zip(outs, tails, auxs)]
+
+def _cut(ids:list, eos:set, max_new_tokens:int, tail:int) -> dict:
+    "An EOS-ignoring run split into the answer (to its first EOS, kept, or `max_new_tokens`) and the tail after it."
+    n = next((j + 1 for j, t in enumerate(ids[:max_new_tokens]) if t in eos), min(max_new_tokens, len(ids)))
+    return {"output": ids[:n], "tail": ids[n:n + tail]}
+
+@torch.inference_mode()
+def greedy_runs(model, prompts:list, # prompt id lists
+                max_new_tokens:int, eos_ids:list,
+                tail:int=0, # greedy tokens past each answer's end, EOS ignored
+                aux_layers:list|None=None, # HF hidden-state indices to keep over prompt + answer (None: none)
+                batch_size:int=8, # prompts in flight
+                engine=None, # a `LocalEngine` over this target (its lean forward); None: transformers' forward
+               ) -> list:
+    "Per prompt `{output, tail, aux}`: its greedy answer, `tail` tokens past the end, aux states `[len(p+out), 3H]`."
+    from eagle3nb.protocol import Sampling
+    eos, out = set(eos_ids), []
+    if engine is None or engine.forward is None:
+        for a in range(0, len(prompts), batch_size):
+            out += _greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos, tail, aux_layers)
+        return out
+    keep, engine.eos_ids = engine.eos_ids, []        # EOS ignored: each answer is cut at its first EOS below
+    try: gens = engine.generate_batch([list(p) for p in prompts], Sampling(max_new_tokens=max_new_tokens + tail))
+    finally: engine.eos_ids = keep
+    for p, g in zip(prompts, gens):
+        r = _cut(g.output_ids, eos, max_new_tokens, tail)
+        if aux_layers:
+            s = list(p) + r["output"]
+            r["aux"] = engine.forward.states(torch.tensor(s, device=engine.device), [len(s)], aux_layers)[0].float()
+        out.append(r)
+    return out
+
 # %% ../nbs/10_evaluate.ipynb #59c34b74
+class NgramIndex:
+    "The first occurrence of every n-gram (n ≤ `n_max`) of a sequence: `ngram_propose` on any prefix without a scan."
+    def __init__(self, seq:list, n_max:int=4):
+        self.seq, self.first = list(seq), {}
+        for n in range(1, n_max + 1):
+            f = self.first[n] = {}
+            for s in range(len(seq) - n + 1): f.setdefault(tuple(seq[s:s + n]), s)
+    def propose(self, T:int, # tokens known: the proposal is `ngram_propose(seq[:T], k, n_min, n_max)`
+                k:int, n_min:int=2, n_max:int=4) -> list:
+        "vLLM's proposal after the first `T` tokens: the earliest match of the longest suffix n-gram, as a scan finds."
+        seq = self.seq
+        for n in range(min(n_max, T - 1), max(n_min, 1) - 1, -1):
+            s = self.first[n].get(tuple(seq[T - n:T]))
+            if s is not None and s < T - n: return seq[s + n:s + n + min(k, T - s - n)]
+        return []
+
 def replay_ngram(seq:list, # prompt + greedy output + at least `k` greedy tokens past its end
                  n_prompt:int, n_out:int, k:int, ngram:tuple=(2, 4),
-                 memo:dict|None=None, # n → a longer proposal (shared between K: each is a prefix of the longest)
+                 index:NgramIndex|None=None, # `NgramIndex(seq, ngram[1])`, shared between K and settings
                 ) -> SpecStats:
     "The n-gram loop's counters at T=0 and chain length `k`, without a target forward."
-    memo = {} if memo is None else memo
-    def accepted(n):
-        if memo.get(n, (0,))[0] < k: memo[n] = (k, ngram_propose(seq[:n], k, *ngram))
-        return _leading(memo[n][1][:k], seq[n:n + k])
+    index = index or NgramIndex(seq, ngram[1])
+    accepted = lambda n: _leading(index.propose(n, k, *ngram), seq[n:n + k])
     return replay_stats(walk(accepted, n_prompt + 1, n_prompt + n_out, k), k, n_out)
 
 # %% ../nbs/10_evaluate.ipynb #26ef4d91
 @torch.inference_mode()
-def chain_drafts(model, drafter:Drafter, seq:list, steps:int) -> torch.Tensor:
+def chain_drafts(model, drafter:Drafter, seq:list, steps:int,
+                 aux=None, # the target's aux states of a prefix of `seq` where already caught (`greedy_runs`)
+                ) -> torch.Tensor:
     ("Every chain's drafts at T=0, `[steps, len(seq)]` target ids: slot p of step k drafts `seq[p+2+k]` "
      "(one target forward for the aux states, one teacher-forced drafter pass).")
-    _, aux = TargetCache(model, drafter.config.aux_layers_hf)(seq)
+    if aux is None: _, aux = TargetCache(model, drafter.config.aux_layers_hf)(seq)
+    if len(aux) < len(seq):   # slots past the answer only feed later steps their true tokens: their states are unused
+        aux = torch.cat([aux, aux.new_zeros(len(seq) - len(aux), aux.shape[1])])
     x = torch.tensor([seq], device=drafter.fc.weight.device)
-    states = drafter.ttt_forward(x, aux[None].to(drafter.fc.weight.dtype), [len(seq)], steps)
+    states = drafter.ttt_forward(x, aux[None].to(drafter.fc.weight.device, drafter.fc.weight.dtype), [len(seq)], steps)
     return torch.stack([drafter.to_target_ids(drafter.logits(s)[0].float().argmax(-1)) for s in states])
 
 def replay_eagle3(drafts, # `chain_drafts(...)` of `seq`, at least `k` steps
@@ -466,32 +550,108 @@ def by_k_row(method:str, row:dict, source:str) -> dict:
     "A row of `report['by_k']`: a method's counters at one K, and where they come from (`replay` or `loop`)."
     return {"method": method, **{n: row[n] for n in ROW_KEYS}, "source": source}
 
+def ngram_name(setting:tuple) -> str:
+    "The name of n-gram lookup under `(prompt_lookup_min, prompt_lookup_max)`."
+    return f"ngram{setting[0]}-{setting[1]}"
+
+def replay_prompts(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids)` pairs
+                   runs:list, # per prompt its greedy answer (a list), or `greedy_runs`'s `{output, tail, aux}`
+                   eagle_ks, ngram_ks, ngram_settings=((2, 4),), progress:bool=False) -> list:
+    ("Per prompt `{id, output_tokens, by_k: {method: {k: SpecStats}}}`, every K replayed from its greedy run; n-gram "
+     "under each setting is the method `ngram_name(setting)`.")
+    from tqdm.auto import tqdm
+    eagle_ks, ngram_ks = sorted(eagle_ks) if drafter is not None else [], sorted(ngram_ks)
+    need, out = max(eagle_ks + ngram_ks, default=0), []
+    for (i, p), r in tqdm(list(zip(prompts, runs)), desc="replay", disable=not progress):
+        if not isinstance(r, dict):
+            tail, aux = tail_and_aux(model, p + r, need, drafter.config.aux_layers_hf if eagle_ks else None)
+            r = {"output": r, "tail": tail, "aux": aux}
+        o = r["output"]
+        seq, by = p + o + r["tail"][:need], {}
+        if len(r["tail"]) < need: raise InputError(f"prompt {i}: a tail of {len(r['tail'])} tokens, K up to {need}")
+        if eagle_ks:
+            drafts = chain_drafts(model, drafter, seq, eagle_ks[-1], r.get("aux"))
+            by["eagle3"] = {k: replay_eagle3(drafts, seq, len(p), len(o), k) for k in eagle_ks}
+        if ngram_ks:
+            index = NgramIndex(seq, max(s[1] for s in ngram_settings))
+            for s in ngram_settings:
+                by[ngram_name(s)] = {k: replay_ngram(seq, len(p), len(o), k, tuple(s), index) for k in ngram_ks}
+        out.append({"id": i, "output_tokens": len(o), "by_k": by})
+    return out
+
+def sum_rows(per_prompt:list, method:str, name:str|None=None, # the method's name in the rows (default: `method`)
+             source:str="replay") -> list:
+    "`report['by_k']` rows of one method: its counters at each K summed over `replay_prompts`'s prompts."
+    ks = sorted({k for q in per_prompt for k in q["by_k"].get(method, {})})
+    tot = {k: SpecStats(k=k) for k in ks}
+    for q in per_prompt:
+        for k in ks: tot[k].add(q["by_k"][method][k])
+    return [by_k_row(name or method, tot[k].summary(), source) for k in ks]
+
 def replay(model, drafter:Drafter|None, prompts:list, outputs:list, # the target's greedy outputs of `prompts`
            eagle_ks, ngram_ks, ngram:tuple=(2, 4), progress:bool=False) -> dict:
     "`{method: [rows]}`: each method's counters at each K summed over prompts, replayed exactly from greedy `outputs`."
-    from tqdm.auto import tqdm
-    eagle_ks, ngram_ks = sorted(eagle_ks if drafter is not None else [], reverse=True), sorted(ngram_ks, reverse=True)
-    tot = {"eagle3": {k: SpecStats(k=k) for k in eagle_ks}, "ngram": {k: SpecStats(k=k) for k in ngram_ks}}
-    for (_, p), out in tqdm(list(zip(prompts, outputs)), desc="replay", disable=not progress):
-        seq = p + out + greedy_tail(model, p + out, max(eagle_ks + ngram_ks))
-        drafts = chain_drafts(model, drafter, seq, eagle_ks[0]) if eagle_ks else None
-        memo = {}
-        for k in eagle_ks: tot["eagle3"][k].add(replay_eagle3(drafts, seq, len(p), len(out), k))
-        for k in ngram_ks: tot["ngram"][k].add(replay_ngram(seq, len(p), len(out), k, ngram, memo))
-    return {m: [by_k_row(m, by[k].summary(), "replay") for k in sorted(by)] for m, by in tot.items() if by}
+    per = replay_prompts(model, drafter, prompts, outputs, eagle_ks, ngram_ks, [ngram], progress)
+    names = (("eagle3", "eagle3"), (ngram_name(ngram), "ngram"))
+    return {n: rows for m, n in names if (rows := sum_rows(per, m, n))}
 
 # %% ../nbs/10_evaluate.ipynb #1a6914e0
 def measure_replay(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids)` pairs
                    max_new_tokens:int, eos_ids:list, eagle_ks, ngram_ks=range(1, 8),
                    batch_size:int=8, # prompts decoded at once for the target's greedy answers
-                   outputs:list|None=None, # the target's greedy answers, where already decoded
+                   outputs:list|None=None, # the target's greedy answers (or `greedy_runs`), where already decoded
+                   ngram_settings=((2, 4),), # one: the method `ngram`; several: each named by `ngram_name`
+                   named:bool=False, # name n-gram by `ngram_name` even under one setting
+                   engine=None, # a `LocalEngine` for the greedy runs (`greedy_runs`); None: transformers' forward
                   ) -> dict:
-    "`{by_k, best, outputs}` at T=0: the target's greedy answers, then each method replayed at every K."
-    if outputs is None: outputs, _ = run_prompts(model, prompts, max_new_tokens, eos_ids, batch_size=batch_size,
-                                                 method=None, k=0)
-    by_k = replay(model, drafter, prompts, outputs, eagle_ks, ngram_ks)
+    ("`{by_k, best, outputs, per_prompt, greedy}` at T=0: the target's greedy answers (with tails and aux states, one "
+     "batched run), then each method replayed at every K.")
+    eagle_ks, ngram_ks = list(eagle_ks) if drafter is not None else [], list(ngram_ks)
+    t0 = time.perf_counter()
+    runs = list(outputs) if outputs is not None else greedy_runs(
+        model, [p for _, p in prompts], max_new_tokens, eos_ids, max(eagle_ks + ngram_ks, default=0),
+        drafter.config.aux_layers_hf if eagle_ks else None, batch_size, engine)
+    outs, seconds = [r["output"] if isinstance(r, dict) else r for r in runs], time.perf_counter() - t0
+    per = replay_prompts(model, drafter, prompts, runs, eagle_ks, ngram_ks, ngram_settings)
+    one = len(ngram_settings) == 1 and not named
+    names = [("eagle3", "eagle3")] + [(ngram_name(s), "ngram" if one else ngram_name(s)) for s in ngram_settings]
+    by_k = {n: rows for m, n in names if (rows := sum_rows(per, m, n))}
     best = {m: max(rs, key=lambda r: r["tokens_per_forward"] or 0) for m, rs in by_k.items()}
-    return {"by_k": by_k, "best": best, "outputs": {i: o for (i, _), o in zip(prompts, outputs)}}
+    greedy = None if outputs is not None else {
+        "prompts": len(outs), "output_tokens": sum(map(len, outs)), "seconds": round(seconds, 2),
+        "tokens_per_s": round(sum(map(len, outs)) / seconds, 1) if seconds else None, "batch_size": batch_size,
+        "note": "the target's greedy answers with their tails and aux states, batched (local engine's lean path)"}
+    return {"by_k": by_k, "best": best, "outputs": {i: o for (i, _), o in zip(prompts, outs)}, "per_prompt": per,
+            "runs": runs, "greedy": greedy}
+
+# %% ../nbs/10_evaluate.ipynb #01ba9a3f
+def prompt_texts(recs:list, tokenizer, n:int=120) -> dict:
+    "Each prompt's first `n` characters for a reader: its ids after the prefix all prompts share (a system header)."
+    ids, cut = [r["prompt_ids"] for r in recs], 0
+    while len(ids) > 1 and all(len(x) > cut for x in ids) and len({x[cut] for x in ids}) == 1: cut += 1
+    return {r["id"]: tokenizer.decode(r["prompt_ids"][cut:], skip_special_tokens=True).strip()[:n] for r in recs}
+
+def per_prompt_records(per:list, # `replay_prompts`'s answer
+                       recs:list, # the prompt records measured (`id`, `prompt_ids`, `conversation`)
+                       which:str, # "heldout" or "sealed"
+                       methods:dict, # name in the file → method in `per` (e.g. {"ngram": "ngram2-4"})
+                       texts:dict|None=None, # `prompt_texts`
+                      ) -> list:
+    "Lines of `evaluate/per_prompt.jsonl`: per prompt its conversation, output tokens and each method at every K."
+    from eagle3nb.prompts import conversation_of
+    by_id = {r["id"]: r for r in recs}
+    cell = lambda st: {"target_forwards": st.target_forwards, "drafts": st.drafts, "draft_tokens": st.draft_tokens,
+                       "accepted_per_pos": list(st.accepted_per_pos)}
+    return [{"id": q["id"], "conversation": conversation_of(by_id[q["id"]]), "set": which,
+             "output_tokens": q["output_tokens"], "prompt": (texts or {}).get(q["id"], ""),
+             "by_k": {name: {str(k): cell(st) for k, st in q["by_k"][m].items()}
+                      for name, m in methods.items() if m in q["by_k"]}} for q in per]
+
+def peak_ks(rows:list, # one method's rows at K = 1, 2, ... (`report['by_k'][m]`)
+            min_k:int) -> list:
+    "The Ks to show: 1 up to two past the best (at least `min_k`), so a curve shows its peak and its fall."
+    best = max(rows, key=lambda r: r["tokens_per_forward"] or 0)["k"]
+    return [r["k"] for r in rows if r["k"] <= max(min_k, best + 2)]
 
 # %% ../nbs/10_evaluate.ipynb #b927f013
 @torch.inference_mode()
@@ -550,6 +710,18 @@ def recommend_k(per_position:list, # P(k-th draft accepted), k = 1..K (measured 
     else: why += "the largest K measured; a longer chain might still help."
     return {"k": best["k"], "beats_target": beats, "reasoning": why, "table": rows,
             "target_alone_tokens_per_s": round(base, 2)}
+
+# %% ../nbs/10_evaluate.ipynb #fbf68831
+def expected_speedup(row:dict, # a `by_k` row (its K, target forwards, output tokens)
+                     costs:dict, # `measure_costs`: verify forwards by width, the drafter's passes
+                     method:str) -> float|None:
+    ("The row's predicted wall-clock speed-up over the target alone from its counters and the measured costs: each "
+     "cycle a verify forward of K+1 tokens plus drafting (the drafter's passes; n-gram's lookup counted free), "
+     "against one forward per token (the prefill, common to both, left out).")
+    v, k, cycles = {int(n): s for n, s in costs["verify_s"].items()}, row["k"], row["target_forwards"] - 1
+    if k + 1 not in v or cycles < 1 or row["output_tokens"] < 2: return None
+    draft = costs.get("draft_first_s", 0) + (k - 1) * costs.get("draft_step_s", 0) if method == "eagle3" else 0
+    return round((row["output_tokens"] - 1) * v[1] / (cycles * (v[k + 1] + draft)), 3)
 
 # %% ../nbs/10_evaluate.ipynb #a32391a3
 DTYPES = ("float32", "bfloat16", "float16")
@@ -718,7 +890,9 @@ def plot_report(report:dict, out_dir) -> list:
     return paths
 
 # %% ../nbs/10_evaluate.ipynb #1659c38d
-def vocab_sweep(run, drafter, model, recs:list, outputs:list, max_new_tokens:int, eos:list, device, dtype) -> list:
+def vocab_sweep(run, drafter, model, recs:list, outputs:list, max_new_tokens:int, eos:list, device, dtype,
+                eagle_ks=None, # the Ks to replay (default: 1 up to each drafter's training K)
+               ) -> list:
     "The run's vocabulary-sweep drafters (`train.train_vocab_sweep`) replayed on the same prompts and greedy answers."
     tm = Path(run)/"train"/"manifest.json"
     sizes = (read_json(tm)["config"].get("vocab_sweep") or []) if drafter is None and tm.exists() else []
@@ -728,7 +902,7 @@ def vocab_sweep(run, drafter, model, recs:list, outputs:list, max_new_tokens:int
         check_drafter_heldout(recs, dd, f"the N={n} drafter's held-out prompts")
         dn = drafter_to(load_drafter(dd), device, dtype)
         ttt = (read_json(dd/"config.json").get("eagle3nb_train") or {}).get("ttt_steps") or 3
-        r = measure_replay(model, dn, ps, max_new_tokens, eos, range(1, ttt + 1), [], outputs=outputs)
+        r = measure_replay(model, dn, ps, max_new_tokens, eos, eagle_ks or range(1, ttt + 1), [], outputs=outputs)
         out.append({"draft_vocab_size": n, "by_k": r["by_k"]["eagle3"], "best": r["best"]["eagle3"]})
     return out
 
@@ -743,10 +917,75 @@ class EvaluateConfig:
     temperature: float = 0.0  # 0 is greedy (and lossless); above it, speculative sampling
     draft_sample: str = "greedy"  # at T > 0: greedy (argmax drafts, vLLM's default) or probabilistic
     ngram: bool = True  # n-gram prompt lookup beside the drafter
+    ngram_max_k: int = 10  # n-gram replayed at K = 1.. at least this, on to two past its peak (up to twice this)
+    ngram_settings: list = field(default_factory=lambda: [[2, 4], [1, 3], [2, 5], [3, 5], [5, 5]])  # lookup min, max
+    loop_n_prompts: int | None = 8  # at T=0 the wall-clock loop runs on the first N held-out prompts (None: all)
+    resamples: int = 2000  # bootstrap resamples (whole conversations) for the 95% intervals
+    seed: int = 0  # the bootstrap's seed
     device: str = "auto"  # auto (a GPU where one exists, else the CPU), cpu, cuda or cuda:N: target and drafter
     dtype: str = "auto"  # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16 or float16
     batch_size: int = 1  # prompts in flight at once (each row its own KV caches; rows leave as they finish)
     sealed_n_prompts: int = 0  # the main job: prompts from the far end of the data, replayed once at the end (T=0)
+
+# %% ../nbs/10_evaluate.ipynb #4fd96582
+def _at(rows:list, k:int) -> dict|None: return next((r for r in rows if r["k"] == k), None)
+
+def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_tokens:int, eos:list, eagle_ks:list,
+              ngram_ks:list, settings:list, ngram_max_k:int, batch_size:int, resamples:int, seed:int) -> dict:
+    ("At T=0, held-out then sealed: greedy runs, every K replayed, n-gram's setting and each method's K chosen on the "
+     "held-out prompts, the sealed ones reported at those K; per-prompt lines, intervals and verdicts.")
+    from eagle3nb.power import choose_k, power_block, top_wins
+    pairs = lambda rs: [(r["id"], r["prompt_ids"]) for r in rs]
+    held = measure_replay(model, d, pairs(recs), max_new_tokens, eos, eagle_ks, ngram_ks, batch_size, None,
+                          [tuple(s) for s in settings], True, engine)
+    texts = prompt_texts(recs + (srecs or []), tokenizer)
+    names = {ngram_name(s): s for s in map(tuple, settings)} if ngram_ks else {}
+    table = [{"prompt_lookup_min": s[0], "prompt_lookup_max": s[1], "k": held["best"][n]["k"],
+              "tokens_per_forward": held["best"][n]["tokens_per_forward"]} for n, s in names.items()]
+    chosen = max(names, key=lambda n: held["best"][n]["tokens_per_forward"] or 0) if names else None
+    methods = {"eagle3": "eagle3", **({"ngram": chosen} if chosen else {})}
+    lines = per_prompt_records(held["per_prompt"], recs, "heldout", methods, texts)
+    ks = {m: choose_k(lines, m) for m in methods if m in lines[0]["by_k"]}
+    by_k = {m: held["by_k"][n] if m == "eagle3" else [dict(r, method="ngram") for r in held["by_k"][n]]
+            for m, n in methods.items() if n in held["by_k"]}
+    shown = {m: peak_ks(rs, ngram_max_k) if m == "ngram" else [r["k"] for r in rs] for m, rs in by_k.items()}
+    out = {"by_k": {m: [r for r in rs if r["k"] in shown[m]] for m, rs in by_k.items()},
+           "best": {m: _at(by_k[m], k) for m, k in ks.items()}, "per_prompt": lines, "runs": held["runs"],
+           "outputs": [r["output"] for r in held["runs"]], "engine": held["greedy"],
+           "ngram_settings": table, "ngram_chosen": names.get(chosen),
+           "ngram_peak": {"k": ks.get("ngram"), "measured_to": max(ngram_ks, default=0),
+                          "still_rising": ks.get("ngram") == max(ngram_ks, default=0)} if chosen else None}
+    if len(ks) == 2:
+        out["power"] = power_block(lines, ks, max_new_tokens, resamples, seed)
+        out["top_wins"] = top_wins(lines, ks)
+    if srecs:
+        sm = measure_replay(model, d, pairs(srecs), max_new_tokens, eos, eagle_ks, ngram_ks, batch_size, None,
+                            [names[chosen]] if chosen else [tuple(settings[0])], True, engine)
+        slines = per_prompt_records(sm["per_prompt"], srecs, "sealed", methods, texts)
+        sby = {m: sm["by_k"][n] if m == "eagle3" else [dict(r, method="ngram") for r in sm["by_k"][n]]
+               for m, n in methods.items() if n in sm["by_k"]}
+        out["sealed"] = {"n_prompts": len(srecs), "max_new_tokens": max_new_tokens,
+                         "by_k": {m: [r for r in rs if r["k"] in shown[m]] for m, rs in sby.items()},
+                         "best": {m: _at(sby[m], k) for m, k in ks.items()},
+                         "own_best": {m: max(rs, key=lambda r: r["tokens_per_forward"] or 0) for m, rs in sby.items()},
+                         "k_from": "the held-out prompts (each method's best K there)",
+                         "outputs": sm["outputs"], "engine": sm["greedy"]}
+        if len(ks) == 2: out["sealed"]["power"] = power_block(slines, ks, max_new_tokens, resamples, seed)
+        out["per_prompt"] = lines + slines
+    return out
+
+def _loop_check(rows:list, per_prompt:list, n:int, outputs_equal:int) -> dict:
+    "The wall-clock loop's counters on the first `n` held-out prompts beside the replay's on the same prompts."
+    keys = ("drafts", "draft_tokens", "accepted_per_pos", "target_forwards")
+    sub, eq = [q for q in per_prompt if q["set"] == "heldout"][:n], {}
+    for r in rows:
+        if r["method"] == "target": continue
+        cells = [q["by_k"].get(r["method"], {}).get(str(r["k"])) for q in sub]
+        if any(c is None for c in cells): continue
+        tot = {k: sum(c[k] for c in cells) if k != "accepted_per_pos" else
+               [sum(x) for x in zip(*(c[k] for c in cells))] for k in keys}
+        eq[f"{r['method']} K={r['k']}"] = all(r[k] == tot[k] for k in keys)
+    return {"prompts": n, "outputs_equal_replay": outputs_equal, "counters_equal": eq}
 
 # %% ../nbs/10_evaluate.ipynb #d1b7aec5
 def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl), writes evaluate/
@@ -760,9 +999,15 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
              dtype:str="auto", # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16, float16
              batch_size:int=1, # prompts in flight at once
              sealed=None, # at T=0: a JSONL of prompts put aside before any tuning, replayed at every K at the end
+             ngram_max_k:int=10, # n-gram's K: 1.. at least this, on to two past its peak (measured to twice this)
+             ngram_settings=((2, 4),), # n-gram's (prompt_lookup_min, max) tried; the best on the held-out set is used
+             loop_n_prompts:int|None=None, # at T=0 the wall-clock loop on the first N held-out prompts (None: all)
+             resamples:int=2000, seed:int=0, # the bootstrap over conversations
             ) -> dict:
     "Measure the drafter by draft-and-verify decoding beside n-gram lookup, each at its best K; write report and plots."
+    from eagle3nb.local import LocalEngine
     from eagle3nb.models import load_target
+    from eagle3nb.power import plot_per_prompt
     if draft_sample not in ("greedy", "probabilistic"):
         raise InputError(f"draft_sample={draft_sample!r}: use greedy (argmax drafts, vLLM's default) or probabilistic")
     t0, run = time.time(), Path(run)
@@ -773,19 +1018,42 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     device, dtype = resolve_device(device, dtype, tgt.config())
     weight_bytes = check_fits(tgt.config(), dtype, device)      # before any weight is read
     recs = prompt_records(prompts, tgt.tokenizer, n_prompts)     # conversation rows rendered for turn 0
-    checked = check_drafter_heldout(recs, ddir, str(prompts))   # before any forward: never what it trained on
-    ps = [(r["id"], r["prompt_ids"]) for r in recs]
+    recs, dropped, checked = screen_drafter_heldout(recs, ddir, str(prompts))   # before any forward
+    if not recs: raise InputError(f"{prompts}: every prompt is a near duplicate of a training prompt")
+    srecs = sdropped = None
+    if sealed is not None and temperature == 0:   # screened now, measured last
+        srecs, sdropped, _ = screen_drafter_heldout(prompt_records(sealed, tgt.tokenizer), ddir, str(sealed))
+    ps, ks = [(r["id"], r["prompt_ids"]) for r in recs], list(ks)
     model, eos = tgt.load_model(dtype, device), eos_ids(tgt.path, tgt.tokenizer)
-    d, ks = drafter_to(d, device, dtype), list(ks)
-    res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress, draft_sample == "greedy",
-                batch_size)
-    eagle_ks, ngram_ks = list(range(1, max(ks + [ttt or 0]) + 1)), list(range(1, max(ks + [7]) + 1)) if ngram else []
-    if temperature == 0: by_k = replay(model, d, ps, res["outputs"], eagle_ks, ngram_ks, progress=progress)
-    else: by_k = {m: rs for m in ("eagle3", "ngram")
-                  if (rs := [by_k_row(m, r, "loop") for r in res["rows"] if r["method"] == m])}
-    best = {m: max(rs, key=lambda r: r["tokens_per_forward"] or 0) for m, rs in by_k.items()}
+    d = drafter_to(d, device, dtype)
+    eagle_ks = list(range(1, max(ks + [2 * (ttt or 0)]) + 1))    # past the trained depth: twice the training K
+    ngram_ks = list(range(1, max(ks + [2 * ngram_max_k]) + 1)) if ngram else []
+    power = None
+    if temperature == 0:
+        engine = LocalEngine(tgt, dtype, device, max_batch=max(batch_size, 1))
+        engine._model = model                                    # one copy of the weights for both paths
+        power = _t0_power(model, d, engine, tgt.tokenizer, recs, srecs, max_new_tokens, eos, eagle_ks, ngram_ks,
+                          [list(s) for s in ngram_settings], ngram_max_k, batch_size, resamples, seed)
+        loop_ps = ps[:loop_n_prompts] if loop_n_prompts else ps
+        lookup = power["ngram_chosen"] or (2, 4)
+        res = sweep(model, d, loop_ps, max_new_tokens, eos, ks, temperature, ngram, progress, True, batch_size,
+                    lookup)
+        by_k, best, outputs = power["by_k"], power["best"], power["outputs"]
+        same = sum(o == r for o, r in zip(res["outputs"], outputs))
+        loop = _loop_check(res["rows"], power["per_prompt"], len(loop_ps), same)
+    else:
+        lookup = (2, 4)
+        res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress, draft_sample == "greedy",
+                    batch_size)
+        by_k = {m: rs for m in ("eagle3", "ngram")
+                if (rs := [by_k_row(m, r, "loop") for r in res["rows"] if r["method"] == m])}
+        best = {m: max(rs, key=lambda r: r["tokens_per_forward"] or 0) for m, rs in by_k.items()}
+        outputs, loop = res["outputs"], None
     longest = max(by_k["eagle3"], key=lambda r: r["k"])
-    costs = measure_costs(model, d, ps[0][1] + res["outputs"][0], longest["k"])
+    widest = max(r["k"] for rs in by_k.values() for r in rs)
+    costs = measure_costs(model, d, ps[0][1] + outputs[0], widest, repeats=3)
+    for m, rs in by_k.items():
+        for r in rs: r["expected_speedup"] = expected_speedup(r, costs, m)
     rec = recommend_k(longest["per_position"], costs)
     out = stage_dir(run, "evaluate")
     report = {"config": {"target": str(tgt.path), "target_name": tgt.path.name, "drafter": str(ddir),
@@ -798,23 +1066,27 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
                          "draft_sample": draft_sample, "drafter_ttt_steps": ttt,
                          "by_k_source": "replay" if temperature == 0 else "loop",
                          "by_k_ks": {m: [r["k"] for r in rs] for m, rs in by_k.items()},
+                         "loop_n_prompts": len(res["outputs"]),
                          "tokens_per_forward": "output tokens / target forwards, the prefill forward counted",
-                         "ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4} if ngram else None},
+                         "ngram": {"prompt_lookup_min": lookup[0], "prompt_lookup_max": lookup[1]} if ngram else None},
               "rows": res["rows"], "by_k": by_k, "best": best,
               "costs": {k: ({str(n): v for n, v in c.items()} if isinstance(c, dict) else c) for k, c in costs.items()},
-              "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", eagle_ks)}
-    if temperature == 0 and (sw := vocab_sweep(run, drafter, model, recs, res["outputs"], max_new_tokens, eos,
-                                               device, dtype)):
-        report["vocab_sweep"] = sorted(sw + [{"draft_vocab_size": d.config.draft_vocab_size, "by_k": by_k["eagle3"],
-                                              "best": best["eagle3"]}], key=lambda r: r["draft_vocab_size"])
-    if sealed is not None and temperature == 0:   # last: nothing above depends on it
-        srecs = prompt_records(sealed, tgt.tokenizer)
-        check_drafter_heldout(srecs, ddir, str(sealed))
-        sps = [(r["id"], r["prompt_ids"]) for r in srecs]
-        report["sealed"] = {"prompts": str(sealed), "n_prompts": len(sps), "max_new_tokens": max_new_tokens,
-                            **measure_replay(model, d, sps, max_new_tokens, eos, eagle_ks, ngram_ks,
-                                             max(batch_size, 8))}
+              "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", eagle_ks),
+              "near_duplicates": {"heldout": dropped, "sealed": sdropped}}
+    if power:
+        report.update({k: power[k] for k in ("power", "top_wins", "ngram_settings", "ngram_peak", "engine")
+                       if power.get(k) is not None}, loop_check=loop)
+        if "sealed" in power: report["sealed"] = {"prompts": str(sealed), **power["sealed"]}
+        write_jsonl_atomic(out/"per_prompt.jsonl", power["per_prompt"])
+        sw = vocab_sweep(run, drafter, model, recs, power["runs"], max_new_tokens, eos, device, dtype, eagle_ks)
+        if sw: report["vocab_sweep"] = sorted(sw + [{"draft_vocab_size": d.config.draft_vocab_size,
+                                                     "by_k": by_k["eagle3"], "best": best["eagle3"]}],
+                                              key=lambda r: r["draft_vocab_size"])
     report["plots"] = [str(p) for p in plot_report(report, out/"plots")]
+    if power and len(best) == 2:
+        report["plots"].append(str(plot_per_prompt(power["per_prompt"], {m: r["k"] for m, r in best.items()},
+                                                   out/"plots"/"per_prompt.png", f"{tgt.path.name} · T=0 · "
+                                                   f"{max_new_tokens} new tokens")))
     write_json(out/"report.json", report)
     write_manifest(out, "evaluate", report["config"], {"prompts": len(ps), "runs": len(res["rows"])},
                    {"seconds": round(time.time() - t0, 3)}, recommended_k=rec["k"],
@@ -822,15 +1094,29 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     return report
 
 # %% ../nbs/10_evaluate.ipynb #b190dbfb
+def _ci(x:float, ci:list) -> str: return f"{x:.3f} [{ci[0]:.3f}–{ci[1]:.3f}]"
+
+def power_lines(p:dict, where:str) -> list:
+    "A `power` block in words: each method at its K with its 95% interval, the per-prompt mean beside, the verdict."
+    t, c, m = p["tokens_per_forward"], p["ci95"], p["mean_per_prompt"]
+    return [f"{where}: {p['n_prompts']} prompts × ≤ {p['max_new_tokens']} tokens; tokens per target forward, pooled "
+            f"(Σ tokens ÷ Σ forwards), 95% interval by a paired bootstrap over conversations ({p['resamples']} "
+            f"resamples, seed {p['seed']}):",
+            *(f"  {n:7s} K={p['k'][n]:<2d} {_ci(t[n], c[n])}   per-prompt mean {m[n]:.3f}" for n in t),
+            f"  ratio eagle3 ÷ ngram {_ci(p['ratio'], c['ratio'])}: {p['words']}"]
+
 def print_report(report:dict):
-    "The loop's rows, every K (replayed at T=0), each method's best K, training's predicted τ, the recommended K."
+    "The loop's rows, every K (replayed at T=0), each method's chosen K with intervals and verdict, the recommended K."
     c = report["config"]
     print(f"target {c['target_name']}, chain, T={c['temperature']}, {c['n_prompts']} prompts from {c['prompts_name']}, "
           f"{c['max_new_tokens']} new tokens" + (f", drafts {c['draft_sample']}" if c["temperature"] else ""))
+    if e := report.get("engine"):
+        print(f"the target's greedy answers: {e['output_tokens']} tokens in {e['seconds']} s ({e['tokens_per_s']} "
+              f"tokens/s, {e['batch_size']} in flight)")
     ts = report.get("training_tau_sim") or {}
     walk_k = ts.get("by_k", {})
-    print("the real loop at the configured K (τ_walk: training's prediction, a server's walk over its held-out greedy "
-          f"answers, {ts.get('walk_records', 0)} records):")
+    print(f"the real loop at the configured K on {c.get('loop_n_prompts', c['n_prompts'])} prompts (τ_walk: training's "
+          f"prediction, a server's walk over its held-out greedy answers, {ts.get('walk_records', 0)} records):")
     print(f"{'method':8s} {'K':>2s} {'τ':>7s} {'τ_walk':>7s} {'tok/fwd':>8s} {'tok/s':>8s} {'speedup':>8s}  "
           "per-position acceptance")
     for r in report["rows"]:
@@ -838,24 +1124,37 @@ def print_report(report:dict):
         print(f"{r['method']:8s} {r['k']:2d} {r['tau'] or 1:7.3f} {'' if sim is None else f'{sim:7.3f}':>7s} "
               f"{r['tokens_per_forward']:8.3f} "
               f"{r['tokens_per_s']:8.1f} {r['speedup']:8.3f}  {' '.join(f'{a:.2f}' for a in r['per_position'])}")
+    if lc := report.get("loop_check"):
+        print(f"the loop beside the replay on those prompts: answers equal on {lc['outputs_equal_replay']} of "
+              f"{lc['prompts']}; counters equal: {lc['counters_equal']}")
     by_k = report.get("by_k") or {}
     if by_k:
         ms = list(by_k)
-        print(f"every K ({c.get('by_k_source', 'replay')}; tokens per target forward count the prefill forward):")
-        print(f"{'K':>2s} " + " ".join(f"{m + ' τ':>10s} {m + ' tok/fwd':>15s}" for m in ms))
+        print(f"every K ({c.get('by_k_source', 'replay')}; tokens per target forward count the prefill forward; "
+              "expected speed-up from the measured costs):")
+        print(f"{'K':>2s} " + " ".join(f"{m + ' τ':>10s} {m + ' tok/fwd':>15s} {'speedup':>8s}" for m in ms))
         for k in sorted({r["k"] for rs in by_k.values() for r in rs}):
             cells = [next((r for r in by_k[m] if r["k"] == k), None) for m in ms]
-            print(f"{k:2d} " + " ".join(f"{'':>10s} {'':>15s}" if r is None else
-                                        f"{r['tau'] or 1:10.3f} {r['tokens_per_forward']:15.3f}" for r in cells))
+            print(f"{k:2d} " + " ".join(f"{'':>10s} {'':>15s} {'':>8s}" if r is None else
+                                        f"{r['tau'] or 1:10.3f} {r['tokens_per_forward']:15.3f} "
+                                        f"{r.get('expected_speedup') or 0:8.3f}" for r in cells))
+    if g := report.get("ngram_settings"):
+        print("n-gram settings (min, max: best K, tokens per target forward): "
+              + "; ".join(f"{s['prompt_lookup_min']}, {s['prompt_lookup_max']}: K={s['k']}, "
+                          f"{s['tokens_per_forward']:.3f}" for s in g))
     for m, r in (report.get("best") or {}).items():
-        print(f"best {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward, τ {r['tau'] or 1:.3f}")
+        print(f"chosen {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward, τ {r['tau'] or 1:.3f}")
+    if p := report.get("power"): print("\n".join(power_lines(p, "held-out")))
     print("recommended", report["recommended"]["reasoning"])
     for s in report.get("vocab_sweep") or []:
         b = s["best"]
         print(f"draft vocabulary N={s['draft_vocab_size']}: best eagle3 K={b['k']}, {b['tokens_per_forward']:.3f} "
               "tokens per target forward (replay)")
     if s := report.get("sealed"):
-        e, g = s["best"].get("eagle3"), s["best"].get("ngram")
-        print(f"sealed prompts ({s['n_prompts']} from the far end of the data, put aside before tuning, replayed): "
-              + "; ".join(f"best {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward"
-                          for m, r in (("eagle3", e), ("ngram", g)) if r))
+        if s.get("power"): print("\n".join(power_lines(s["power"], "sealed, at the held-out K")))
+        else: print(f"sealed prompts ({s['n_prompts']}): " + "; ".join(
+            f"{m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward"
+            for m, r in s["best"].items() if r))
+        if ob := s.get("own_best"):
+            print("  (the sealed set's own best K, for reference only: " + "; ".join(
+                f"{m} K={r['k']} {r['tokens_per_forward']:.3f}" for m, r in ob.items()) + ")")

@@ -7,12 +7,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+import numpy as np
+from fastcore.basics import patch
 from .core import InputError, JsonlReader, manifest_config, read_manifest
 from .prompts import conversation_of
 
 # %% auto #0
 __all__ = ['heldout_side', 'split_prompts', 'TrainedOn', 'trained_on', 'check_heldout', 'check_drafter_heldout', 'prompt_records',
-           'sealed_prompts']
+           'sealed_prompts', 'token_ngrams', 'NearDuplicates', 'screen_near_duplicates', 'screen_drafter_heldout']
 
 # %% ../nbs/02a_heldout.ipynb #3578b7a0
 def heldout_side(conversation:str, share:float) -> bool:
@@ -162,3 +164,91 @@ def sealed_prompts(inputs:list, # input files or built-in names, as `[data] inpu
         seen.add(c)
         out.append({"id": f"{conv.id}-t0", "prompt_ids": ids, "conversation": c})
     return out[::-1]
+
+# %% ../nbs/02a_heldout.ipynb #9d4bc33b
+def token_ngrams(ids:list, # a prompt's token ids
+                 n:int=8, # gram length in tokens
+                ) -> set:
+    "The set of token `n`-grams (tuples) of a prompt; a prompt shorter than `n` gives the one tuple of all its ids."
+    ids = tuple(ids)
+    if len(ids) < n: return {ids}
+    return {ids[i:i + n] for i in range(len(ids) - n + 1)}
+
+# %% ../nbs/02a_heldout.ipynb #443bf390
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+def _gram_hashes(ids:list, n:int) -> np.ndarray:
+    "The sorted unique 64-bit hashes of `token_ngrams(ids, n)`, all grams at once."
+    a = np.asarray(ids, dtype=np.uint64)
+    k = min(n, len(a))   # a short prompt: one gram of all its ids
+    m = len(a) - k + 1
+    h = np.full(m, k + 1, dtype=np.uint64)   # the gram's length goes in first: grams of other lengths differ
+    for j in range(k):
+        h = (h ^ a[j:j + m]) * _MIX
+        h ^= h >> np.uint64(29)
+    return np.unique(h)
+
+# %% ../nbs/02a_heldout.ipynb #6442c00c
+class NearDuplicates:
+    "Reference prompts indexed by token n-gram, to find the one a candidate overlaps most (by Jaccard)."
+    def __init__(self, reference:list, # reference prompts as lists of token ids (training prompts, context records)
+                 n:int=8, # gram length in tokens
+                 threshold:float=0.5, # a candidate whose Jaccard with one reference exceeds this is dropped
+                ):
+        self.n, self.threshold = n, threshold
+        grams = [_gram_hashes(ids, n) for ids in reference]
+        self.sizes = np.array([len(g) for g in grams], dtype=np.int64)
+        keys = np.concatenate(grams) if grams else np.zeros(0, dtype=np.uint64)
+        order = np.argsort(keys, kind="stable")
+        self.keys = keys[order]   # the index: each reference gram, sorted ...
+        self.refs = np.repeat(np.arange(len(grams)), self.sizes)[order]   # ... beside the reference that holds it
+
+    def jaccard(self, ids:list) -> tuple:
+        "`(highest Jaccard of the prompt's n-grams with one reference's, that reference's index or None)`."
+        g = _gram_hashes(ids, self.n)
+        lo, hi = np.searchsorted(self.keys, g, "left"), np.searchsorted(self.keys, g, "right")
+        hit = [self.refs[a:b] for a, b in zip(lo, hi) if b > a]
+        if not hit: return 0.0, None
+        shared = np.bincount(np.concatenate(hit), minlength=len(self.sizes))
+        j = shared / (len(g) + self.sizes - shared)
+        best = int(j.argmax())   # ties: the first reference
+        return float(j[best]), best
+
+# %% ../nbs/02a_heldout.ipynb #84f5908e
+@patch
+def screen(self:NearDuplicates, prompts:list, # prompt records (`id`, `prompt_ids`, maybe `conversation`)
+          ) -> tuple:
+    "`(kept, dropped)`: a prompt whose Jaccard with one reference exceeds the threshold is dropped, and named."
+    kept, dropped = [], []
+    for p in prompts:
+        j, ref = self.jaccard(p["prompt_ids"])
+        if j > self.threshold:
+            dropped.append({"id": p["id"], "conversation": conversation_of(p), "jaccard": round(j, 4),
+                            "reference": ref})
+        else: kept.append(p)
+    return kept, dropped
+
+# %% ../nbs/02a_heldout.ipynb #8c30d687
+def screen_near_duplicates(prompts:list, # prompt records (`id`, `prompt_ids`, maybe `conversation`)
+                           reference:list, # reference prompts as lists of token ids
+                           n:int=8, # gram length in tokens
+                           threshold:float=0.5, # drop a prompt whose Jaccard with one reference exceeds this
+                          ) -> tuple:
+    "`(kept, dropped)` of `prompts` screened against `reference` (`NearDuplicates.screen`)."
+    return NearDuplicates(reference, n, threshold).screen(prompts)
+
+# %% ../nbs/02a_heldout.ipynb #fa246ad1
+def screen_drafter_heldout(prompts:list, # prompt records about to be measured
+                           drafter_dir, where:str="held-out prompts",
+                           n:int=8, threshold:float=0.5, # the near-duplicate rule: `n`-gram Jaccard above `threshold`
+                          ) -> tuple:
+    "`(kept, dropped, said)`: `check_drafter_heldout`, then near duplicates of what the drafter trained on dropped."
+    tdir = Path(drafter_dir).parent
+    if not (tdir/"manifest.json").exists():
+        return prompts, [], f"not checked: no training manifest beside {drafter_dir} says what it was trained on"
+    t = trained_on(tdir)
+    check_heldout(prompts, t, where)
+    kept, dropped = screen_near_duplicates(prompts, [list(p) for p in t.prompts], n, threshold)
+    return kept, dropped, (f"disjoint by prompt ids and conversation from the {len(t.records)} records of "
+                           f"{t.source}; {len(dropped)} of {len(prompts)} dropped as near duplicates of a training "
+                           f"prompt ({n}-gram Jaccard > {threshold})")
