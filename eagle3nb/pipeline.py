@@ -14,8 +14,8 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
                              report_headline, train_summary, validate_summary, write_report)
 
 # %% auto #0
-__all__ = ['stage_keys', 'Ledger', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_need', 'plan',
-           'check_disk', 'run_pipeline', 'run_default']
+__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_need',
+           'plan', 'check_disk', 'run_pipeline', 'run_default']
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
 def stage_keys(c:PipelineConfig) -> dict:
@@ -56,17 +56,49 @@ def _own_prompts(c:PipelineConfig) -> list|None:
     from eagle3nb.models import load_target
     return prompt_records(c.evaluate.prompts_file, load_target(c.target).tokenizer)
 
+def _training_side(prompts:list, share:float) -> list:
+    "The training side's prompt ids: what held-out and sealed prompts may not nearly copy."
+    from eagle3nb.heldout import heldout_side
+    from eagle3nb.prompts import conversation_of
+    return [p["prompt_ids"] for p in prompts if not heldout_side(conversation_of(p), share)]
+
+def draw_prompts(cands:list, # candidate prompt records, in data order
+                 n:int|None, # how many to keep (None: all that pass)
+                 reference:list, # prompt ids they may not nearly copy (the training side)
+                 max_tokens:int|None=None, # the longest prompt kept
+                 last:bool=False, # keep the last `n` (the far end of the data) instead of the first
+                ) -> tuple:
+    "`(prompts, what was passed over)`: the first (or last) `n` candidates that fit and nearly copy no reference."
+    from eagle3nb.heldout import NearDuplicates
+    fit = [p for p in cands if not max_tokens or len(p["prompt_ids"]) <= max_tokens]
+    nd, kept, dropped = NearDuplicates(reference), [], []
+    for p in (fit[::-1] if last else fit):
+        if n is not None and len(kept) == n: break
+        k, d = nd.screen([p])
+        kept, dropped = kept + k, dropped + d
+    return (kept[::-1] if last else kept), {"candidates": len(cands), "over_max_tokens": len(cands) - len(fit),
+                                            "max_tokens": max_tokens, "near_duplicates": dropped, "kept": len(kept)}
+
+def _screen_note(run:Path, which:str, info:dict):
+    "Record in `RUN/prompt_screen.json` what drawing a prompt set passed over."
+    p = run/"prompt_screen.json"
+    write_json(p, {**(read_json(p) if p.exists() else {}), which: info})
+
 def _prompt_split(run:Path, c:PipelineConfig) -> tuple:
     "`(generated, held_out, the rest)` of the prepared prompts: disjoint by conversation, the rest clear of held-out."
     from eagle3nb.heldout import split_prompts
     from eagle3nb.prompts import conversation_of
     prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
-    gen, held, rest = split_prompts(prompts, c.generate.n_prompts, c.evaluate.n_prompts, c.data.heldout_share,
+    gen, held, rest = split_prompts(prompts, c.generate.n_prompts, None, c.data.heldout_share,
                                     c.generate.max_prompt_tokens)
     own = _own_prompts(c)
     if own is not None:
         held, ids, convs = own, {tuple(p["prompt_ids"]) for p in own}, {conversation_of(p) for p in own}
         rest = [p for p in rest if tuple(p["prompt_ids"]) not in ids and conversation_of(p) not in convs]
+    else:
+        held, info = draw_prompts(held, c.evaluate.n_prompts, _training_side(prompts, c.data.heldout_share),
+                                  c.generate.max_prompt_tokens)
+        _screen_note(run, "heldout", info)
     return gen, held, rest
 
 def heldout_prompts(run, c:PipelineConfig) -> Path:
@@ -87,10 +119,14 @@ def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (d
     from eagle3nb.heldout import sealed_prompts
     from eagle3nb.models import load_target
     from eagle3nb.prompts import conversation_of
-    run, tgt = Path(run), load_target(c.target)
+    run, tgt, n = Path(run), load_target(c.target), c.evaluate.sealed_n_prompts
     held = {conversation_of(o) for _, o in JsonlReader(held or heldout_prompts(run, c))}
-    ps = sealed_prompts(c.data.inputs, tgt.tokenizer, c.evaluate.sealed_n_prompts, c.data.heldout_share, held,
-                        c.data.max_prompt_tokens or tgt.context_length, c.data.thinking)
+    limit = c.generate.max_prompt_tokens or c.data.max_prompt_tokens or tgt.context_length
+    cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * n + 8, c.data.heldout_share, held, limit,
+                           c.data.thinking)   # spares for what the screen drops
+    prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
+    ps, info = draw_prompts(cands, n, _training_side(prompts, c.data.heldout_share), limit, last=True)
+    _screen_note(run, "sealed", info)
     if not ps: return None
     write_jsonl_atomic(run/"sealed_prompts.jsonl", ps)
     return run/"sealed_prompts.jsonl"
@@ -164,7 +200,9 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     held = heldout_prompts(run, c)
     try: rep = evaluate(run, held, ks=e.ks, temperature=e.temperature,
                         max_new_tokens=e.max_new_tokens, ngram=e.ngram, draft_sample=e.draft_sample, device=e.device,
-                        dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c, held))
+                        dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c, held),
+                        ngram_max_k=e.ngram_max_k, ngram_settings=e.ngram_settings, loop_n_prompts=e.loop_n_prompts,
+                        resamples=e.resamples, seed=e.seed)
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         (run/"evaluate"/"report.json").unlink(missing_ok=True)
         return f"evaluate: not run in this process: {err}"

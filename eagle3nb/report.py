@@ -9,9 +9,9 @@ from pathlib import Path
 from .core import STAGES, atomic_write_text, md_table, read_json, read_manifest
 
 # %% auto #0
-__all__ = ['prepare_summary', 'generate_summary', 'validate_summary', 'capture_summary', 'context_summary', 'train_summary',
-           'headline', 'evaluate_summary', 'beats_ngram', 'render_markdown', 'render_html', 'serve_commands',
-           'report_blocks', 'write_report', 'report_headline']
+__all__ = ['NO_INTERVAL', 'prepare_summary', 'generate_summary', 'validate_summary', 'capture_summary', 'context_summary',
+           'train_summary', 'headline', 'evaluate_summary', 'verdict_line', 'render_markdown', 'render_html',
+           'serve_commands', 'report_blocks', 'write_report', 'report_headline']
 
 # %% ../nbs/12a_report.ipynb #bcb18a3c
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
@@ -68,40 +68,37 @@ def train_summary(m:dict) -> str:
             f"(K={m['config']['ttt_steps']} chain)")
 
 # %% ../nbs/12a_report.ipynb #9e4dc3c6
+NO_INTERVAL = "no interval (measured at T > 0, or by an older eagle3nb): no verdict"
+
 def headline(report:dict) -> dict:
-    ("Each method at its best K (tokens per target forward over every K measured: `report['best']`), and whether "
-     "the drafter beats n-gram.")
+    "Each method at its chosen K (`report['best']`), the recommended K, and the verdict of the power block."
     best = lambda m: (report.get("best") or {}).get(m) or max(
         (r for r in report["rows"] if r["method"] == m), key=lambda r: r["tokens_per_forward"], default=None)
-    e, n = best("eagle3"), best("ngram")
+    e, n, p = best("eagle3"), best("ngram"), report.get("power")
     rk = report["recommended"]["k"] if report["recommended"].get("beats_target", True) else None
-    return {"eagle3": e, "ngram": n, "recommended_k": rk,
-            "beats_ngram": None if not (e and n) or e["tokens_per_forward"] == n["tokens_per_forward"]
-                           else e["tokens_per_forward"] > n["tokens_per_forward"]}
+    return {"eagle3": e, "ngram": n, "recommended_k": rk, "verdict": p["verdict"] if p else None,
+            "words": p["words"] if p else (NO_INTERVAL if e and n else "no n-gram comparison")}
 
 def evaluate_summary(report:dict) -> str:
     h, c = headline(report), report["config"]
     fmt = lambda r: ("—" if r is None else
                      f"K={r['k']}: τ {r['tau'] or 1:.3f}, {r['tokens_per_forward']:.3f} tokens/forward")
-    verdict = {True: "the drafter beats n-gram", False: "n-gram beats the drafter",
-               None: "a tie with n-gram" if h["eagle3"] and h["ngram"] else "no n-gram comparison"}[h["beats_ngram"]]
     return (f"evaluate ({c['n_prompts']} held-out prompts, T={c['temperature']}): "
-            f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; "
-            f"{verdict}; " + (f"recommended K={h['recommended_k']}" if h["recommended_k"] else
-                              "no K beats the target alone: serve without speculation"))
+            f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; {h['words']}; "
+            + (f"recommended K={h['recommended_k']}" if h["recommended_k"] else
+               "no K beats the target alone: serve without speculation"))
 
 # %% ../nbs/12a_report.ipynb #6bb4c111
-def beats_ngram(best:dict, # `{"eagle3": row, "ngram": row}`, each method at its best K
-                where:str) -> str:
-    "One line: does the drafter beat n-gram on this prompt set, each at its best K, and by what % of n-gram's."
+def verdict_line(block:dict|None, # a set's `power` block (`report['power']`, `report['sealed']['power']`)
+                 best:dict, # `{"eagle3": row, "ngram": row}` at the reported K
+                 where:str) -> str:
+    "One line: the set's verdict in the interval's words, or its point estimates marked as having no interval."
     e, n = best.get("eagle3"), best.get("ngram")
     if not (e and n and n["tokens_per_forward"]): return f"{where}: no n-gram comparison."
-    pct = 100 * (e["tokens_per_forward"] / n["tokens_per_forward"] - 1)
     nums = (f"{e['tokens_per_forward']:.3f} at K={e['k']} against {n['tokens_per_forward']:.3f} at K={n['k']} "
             "tokens per target forward")
-    if round(pct, 1) == 0: return f"{where}: the drafter and n-gram tie ({nums})."
-    return (f"{where}: " + ("the drafter beats n-gram" if pct > 0 else "n-gram beats the drafter")
-            + f" by {abs(pct):.1f}% ({nums}).")
+    if block: return f"{where}: {block['words']} ({nums})."
+    return f"{where}: {nums}; {NO_INTERVAL}."
 
 # %% ../nbs/12a_report.ipynb #a622be2e
 def render_markdown(blocks:list, base:Path) -> str:
@@ -165,53 +162,76 @@ def _manifest(run:Path, stage:str) -> dict|None:
     return read_manifest(run/stage) if (run/stage/"manifest.json").exists() else None
 
 def _headline_blocks(rep:dict) -> list:
-    "The drafter beside n-gram: verdict, the table of every measured row, the recommended K."
-    h, c = headline(rep), rep["config"]
-    verdict = {True: "**The drafter beats n-gram** in tokens per target forward, each at its best K.",
-               False: "**n-gram beats the drafter** in tokens per target forward, each at its best K: "
-                      "a larger run is needed.",
-               None: "The drafter and n-gram tie." if h["eagle3"] and h["ngram"]
-                     else "No n-gram comparison was run."}[h["beats_ngram"]]
+    ("The drafter beside n-gram: the verdict in the interval's words, each method at its chosen K with its interval, "
+     "every K, the loop's rows, where each method wins most, the recommended K.")
+    from eagle3nb.power import wins_table
+    h, c, p = headline(rep), rep["config"], rep.get("power")
     ts = (rep.get("training_tau_sim") or {}).get("by_k", {})
     sim = lambda r: "" if r["method"] != "eagle3" or str(r["k"]) not in map(str, ts) else \
         f"{ts.get(r['k'], ts.get(str(r['k']))):.3f}"
     rows = [[r["method"], r["k"], f"{r['tau'] or 1:.3f}", sim(r), f"{r['tokens_per_forward']:.3f}",
              f"{r['tokens_per_s']:.1f}", f"{r['speedup']:.3f}", " ".join(f"{a:.2f}" for a in r["per_position"])]
             for r in rep["rows"]]
-    fmt = lambda r: "—" if r is None else f"{r['tokens_per_forward']:.3f} (K = {r['k']}, τ {r['tau'] or 1:.3f})"
+    mean = lambda m: f"{p['mean_per_prompt'][m]:.3f}" if p else "—"
+    best = [[m, r["k"], _ci_cell(p, m, r), mean(m), f"{r['tau'] or 1:.3f}"]
+            for m in ("eagle3", "ngram") if (r := h[m])]
     by_k = rep.get("by_k") or {}
     ks = sorted({r["k"] for rs in by_k.values() for r in rs})
-    at = lambda m, k: next((f"{r['tokens_per_forward']:.3f}" for r in by_k.get(m, []) if r["k"] == k), "")
+    at = lambda m, k: next((f"{r['tokens_per_forward']:.3f}" + (f" ({r['expected_speedup']:.2f}×)"
+                                                                 if r.get("expected_speedup") else "")
+                            for r in by_k.get(m, []) if r["k"] == k), "")
     curve = [("p", "Tokens per target forward against K (at T=0 replayed exactly from the target's own greedy "
-                   "output, no extra target forward):"),
+                   "output; in brackets the speed-up predicted from the measured costs of a verify forward and of "
+                   "drafting):"),
              ("table", ["K"] + list(by_k), [[k] + [at(m, k) for m in by_k] for k in ks])] if ks else []
-    return [("h2", "Headline: the drafter beside n-gram, each at its best K, on held-out prompts"),
+    g = rep.get("ngram_settings") or []
+    settings = [("p", "n-gram's lookup settings on the held-out prompts (the best is used): " + "; ".join(
+        f"min {s['prompt_lookup_min']}, max {s['prompt_lookup_max']}: {s['tokens_per_forward']:.3f} at K={s['k']}"
+        for s in g) + ".")] if g else []
+    lc = rep.get("loop_check")
+    loop = [("p", f"The real loop at the configured K on the first {lc['prompts']} held-out prompts, with wall-clock "
+                  f"time; its counters equal the replay's on those prompts: {lc['counters_equal']} (answers equal on "
+                  f"{lc['outputs_equal_replay']} of {lc['prompts']}):")] if lc else \
+        [("p", "The real loop at the configured K, with wall-clock time:")]
+    wins = [("p", "Where each method wins most (tokens per target forward per prompt, held-out, at the chosen K):"),
+            ("code", wins_table(rep["top_wins"]))] if rep.get("top_wins") else []
+    return [("h2", "Headline: the drafter beside n-gram on held-out prompts"),
             ("p", f"Draft-and-verify decoding (vLLM's EAGLE-3 loop) on {c['n_prompts']} prompts "
                   f"({c['prompts_name']}) from conversations training never saw, T={c['temperature']}, "
-                  f"{c['max_new_tokens']} new tokens each, target `{c['target_name']}`. " + verdict),
-            ("table", ["method", "tokens / target forward at its best K"],
-             [["eagle3", fmt(h["eagle3"])], ["ngram", fmt(h["ngram"])]]), *curve,
-            ("p", "The real loop at the configured K, with wall-clock time:"),
+                  f"{c['max_new_tokens']} new tokens each, target `{c['target_name']}`, each method at the K chosen "
+                  f"on these prompts. **Verdict: {h['words']}.**"),
+            ("table", ["method", "K", "tokens / target forward, pooled [95% interval]",
+                       "per-prompt mean (other tools' definition)", "τ"], best), *settings, *curve, *loop,
             ("table", ["method", "K", "τ (measured)", "τ_walk (training's prediction)", "tokens / target forward",
-                       "tok/s", "speed-up", "per-position acceptance"], rows),
+                       "tok/s", "speed-up", "per-position acceptance"], rows), *wins,
             ("p", (f"Recommended K = {h['recommended_k']}: " if h["recommended_k"] else "")
                   + rep["recommended"]["reasoning"])]
 
 # %% ../nbs/12a_report.ipynb #2d60184e
+def _ci_cell(p:dict|None, m:str, r:dict|None) -> str:
+    "A method's tokens per target forward with its 95% interval where the set has a power block."
+    if r is None: return "—"
+    if not p: return f"{r['tokens_per_forward']:.3f}"
+    lo, hi = p["ci95"][m]
+    return f"{p['tokens_per_forward'][m]:.3f} [{lo:.3f}–{hi:.3f}]"
+
 def _sealed_blocks(rep:dict) -> list:
-    "Each method's best K on the sealed prompts beside the held-out ones, and a verdict line for each set."
+    "The sealed prompts at the held-out K beside the held-out ones, with intervals, and a verdict line for each set."
     s = rep.get("sealed")
     if not s: return []
-    cell = lambda r: ("—", "—") if not r else (r["k"], f"{r['tokens_per_forward']:.3f}")
-    rows = [[m, *cell((rep.get("best") or {}).get(m)), *cell(s["best"].get(m))] for m in ("eagle3", "ngram")]
+    hp, sp, ob = rep.get("power"), s.get("power"), s.get("own_best") or {}
+    hb = rep.get("best") or {}
+    rows = [[m, (hb.get(m) or {}).get("k", "—"), _ci_cell(hp, m, hb.get(m)), _ci_cell(sp, m, s["best"].get(m)),
+             f"K={ob[m]['k']}: {ob[m]['tokens_per_forward']:.3f}" if m in ob else "—"] for m in ("eagle3", "ngram")]
     return [("h2", "Sealed prompts: the same comparison on prompts nobody tuned on"),
             ("p", f"{s['n_prompts']} prompts (`{s['prompts']}`) from the far end of the data, held out by "
-                  f"conversation and looked at only at the end, {s['max_new_tokens']} new tokens each; each method "
-                  "at its best K on each set (tokens per target forward, T=0 replay):"),
-            ("table", ["method", "held-out: best K", "held-out: tokens / target forward", "sealed: best K",
-                       "sealed: tokens / target forward"], rows),
-            ("p", beats_ngram(rep.get("best") or headline(rep), "Held-out")),
-            ("p", beats_ngram(s["best"], "Sealed"))]
+                  f"conversation, screened before anything ran and measured once, {s['max_new_tokens']} new tokens "
+                  "each, at the K each method chose on the held-out prompts (tokens per target forward, T=0 replay, "
+                  "95% intervals by a paired bootstrap over conversations):"),
+            ("table", ["method", "K (chosen on held-out)", "held-out", "sealed, at that K",
+                       "sealed's own best K (for reference)"], rows),
+            ("p", verdict_line(hp, hb, "Held-out")),
+            ("p", verdict_line(sp, s["best"], "Sealed"))]
 
 def _vllm_blocks(run:Path) -> list:
     "vLLM's own spec-decode counters on the export (`export/vllm_check.json`) beside eagle3nb's, or why not run."
@@ -229,7 +249,8 @@ def _vllm_blocks(run:Path) -> list:
     return b + [("p", f"vLLM served the target with the speculators export at K={c['k']} on {c['n_prompts']} "
                       f"prompts, one at a time, greedy, {c['max_new_tokens']} new tokens each, in {v['seconds']:.0f} s"
                       + (f" after a {c['startup_seconds']:.0f} s start" if c.get("startup_seconds") else "")
-                      + f". Its answers {same}."),
+                      + f". Its answers {same}. Only τ and the per-position acceptance are independent checks: "
+                      "vLLM's tokens per target forward is derived from its draft counts."),
                 ("table", ["", "vLLM's counters", "eagle3nb (replay)", "vLLM − eagle3nb"],
                  [["τ", f(v["tau"]), f(e.get("tau")), f(d.get("tau"))],
                   ["tokens / target forward", f(v["tokens_per_forward"]), f(e.get("tokens_per_forward")),

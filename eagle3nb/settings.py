@@ -97,23 +97,23 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
               "init_fc": "high", "loss_positions": "all", "bf16": "auto", "warmup_steps": 10, "heldout": 0.1,
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
-    "evaluate": {"n_prompts": 8, "ks": [1, 3], "max_new_tokens": 96, "sealed_n_prompts": 8,
-                 "batch_size": 8},   # the same answers and counters as one at a time, 2.2x sooner
+    "evaluate": {"n_prompts": 64, "ks": [1, 3], "max_new_tokens": 256, "sealed_n_prompts": 32, "loop_n_prompts": 8,
+                 "batch_size": 16},   # replayed from batched greedy runs: enough prompts to decide, in minutes
     "export": {"vllm_check": "auto"},
 }
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"n_prompts": 4, "max_new_tokens": 24},
              "context": {"n_prompts": 4, "replies": True},
              "train": {"epochs": 2, "draft_vocab_size": 1024, "vocab_sweep": [512]},
-             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1},
+             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1, "loop_n_prompts": 1},
              "export": {"vllm_check": "never"}},
     "small": {"evaluate": {"ks": [3]}},
     "medium": {"generate": {"n_prompts": 64}, "context": {"n_prompts": 400}, "train": {"epochs": 3,
-               "vocab_sweep": [1024, 16384]}, "evaluate": {"n_prompts": 16, "ks": [3], "sealed_n_prompts": 16}},
+               "vocab_sweep": [1024, 16384]}, "evaluate": {"n_prompts": 128, "ks": [3]}},
     "large": {"data": {"limit": None}, "generate": {"n_prompts": 1024, "max_new_tokens": 768},
               "context": {"n_prompts": 4000},
               "train": {"epochs": 2, "ttt_steps": 5, "draft_vocab_size": 16384, "vocab_sweep": [4096, 32768]},
-              "evaluate": {"n_prompts": 32, "max_new_tokens": 160, "ks": [1, 2, 3, 4, 5], "sealed_n_prompts": 32}},
+              "evaluate": {"n_prompts": None, "ks": [1, 3, 5], "sealed_n_prompts": 64}},
 }
 
 # %% ../nbs/12_settings.ipynb #ac8f17f9

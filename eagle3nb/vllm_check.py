@@ -129,19 +129,23 @@ def compare_rows(vllm:dict, ours:dict|None) -> dict|None:
 
 # %% ../nbs/11a_vllm_check.ipynb #718b01fa
 def serve_prompts(url:str, prompts:list, # prompt_ids lists
-                  max_new_tokens:int, timeout:float=600) -> list:
-    "Each prompt's greedy answer (ids) from the server's /v1/completions, one request at a time."
+                  max_new_tokens:int, timeout:float=600,
+                  concurrency:int=1, # requests in flight (the counters are sums either way)
+                 ) -> list:
+    "Each prompt's greedy answer (ids) from the server's /v1/completions, `concurrency` requests at a time."
+    from concurrent.futures import ThreadPoolExecutor
     with httpx.Client(base_url=url, timeout=timeout) as http:
-        model, outs = http.get("/v1/models").json()["data"][0]["id"], []
-        for i, p in enumerate(prompts):
+        model = http.get("/v1/models").json()["data"][0]["id"]
+        def one(ip):
+            i, p = ip
             r = http.post("/v1/completions", json={"model": model, "prompt": list(p), "max_tokens": max_new_tokens,
                                                    "temperature": 0, "return_token_ids": True})
             if r.status_code != 200: raise VllmError(f"prompt {i}: the server answered {r.status_code}: {r.text[:500]}")
             ch = r.json()["choices"][0]
             if ch.get("prompt_token_ids") not in (None, list(p)):
                 raise VllmError(f"prompt {i}: the server echoed other prompt ids than it was sent")
-            outs.append(ch["token_ids"])
-    return outs
+            return ch["token_ids"]
+        with ThreadPoolExecutor(max(1, concurrency)) as pool: return list(pool.map(one, enumerate(prompts)))
 
 # %% ../nbs/11a_vllm_check.ipynb #1c118cab
 def _ids(prompts:list) -> tuple:
@@ -164,10 +168,14 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
                log=None, # the server's log (default: a temporary file); its /metrics are saved beside it
                python:str|None=None, dtype:str="float32", # the dtype eagle3nb's numbers were measured in
                server_args:tuple=(), # more vLLM arguments, e.g. ("--tensor-parallel-size", "8")
-               timeout:float=900) -> dict:
+               timeout:float=900,
+               concurrency:int=1, # requests in flight (1: one at a time, as the replay decodes them)
+              ) -> dict:
     "vLLM serving the export at K: its counters' τ, tokens per forward, outputs vs expected, beside eagle3nb's row."
     log = Path(log or Path(tempfile.mkdtemp(prefix="vllm-check-"))/"server.log")
-    head, t0 = {"k": int(k), "n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "log": str(log)}, time.time()
+    head = {"k": int(k), "n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "log": str(log),
+            "concurrency": concurrency}
+    t0 = time.time()
     try:
         ids, ps = _ids(prompts)
         want = _expected(expected_outputs, ids)
@@ -179,7 +187,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
         with vllm_server(target_dir, log, "--speculative-config", spec, *server_args, python=python, max_model_len=mml,
                          dtype=dtype, timeout=timeout) as url:
             started, before = time.time(), httpx.get(url + "/metrics", timeout=30).text
-            outs = serve_prompts(url, ps, max_new_tokens, timeout)
+            outs = serve_prompts(url, ps, max_new_tokens, timeout, concurrency)
             seconds, after = time.time() - started, httpx.get(url + "/metrics", timeout=30).text
         for name, text in (("before", before), ("after", after)):
             log.with_suffix(f".metrics-{name}.txt").write_text(text)

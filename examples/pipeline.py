@@ -18,6 +18,7 @@ ledger = run_pipeline(cfg)
 report = read_json(f"{run}/evaluate/report.json")
 for row in report["rows"]:        # the real draft-and-verify loop at the configured K
     print(f"{row['method']:7s} K={row['k']}  tokens per target forward {row['tokens_per_forward']:.3f}")
-for method, row in report["best"].items():   # each method at its best K (at T=0: every K, replayed exactly)
+for method, row in report["best"].items():   # each method at the K chosen on the held-out prompts (replayed exactly)
     print(f"best {method:7s} K={row['k']}  tokens per target forward {row['tokens_per_forward']:.3f}")
+if "power" in report: print("verdict:", report["power"]["words"])   # the 95% interval decides, nothing else
 print("stages:", ", ".join(f"{s} {v['seconds']:.0f} s" for s, v in ledger.items()))

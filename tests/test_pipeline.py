@@ -54,7 +54,8 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     assert {r["method"] for r in rep["rows"]} == {"eagle3", "ngram", "target"}
     # one report: markdown and a self-contained page, with the headline and the serving commands
     md, page = (d/"report.md").read_text(), (d/"report.html").read_text()
-    assert "## Headline: the drafter beside n-gram, each at its best K, on held-out prompts" in md
+    assert "## Headline: the drafter beside n-gram on held-out prompts" in md and "**Verdict: " in md
+    assert (d/"evaluate/per_prompt.jsonl").exists() and "power" in rep and "power" in rep["sealed"]
     assert "tokens / target forward" in md
     assert "vllm serve" in md and "--speculative-algorithm EAGLE3" in md
     assert page.count("data:image/png;base64,") >= 3 and "src=\"plots/" not in page
@@ -68,7 +69,7 @@ def test_example_script_runs_the_pipeline(tmp_path):
     r = run([sys.executable, str(ROOT/"examples/pipeline.py"), str(tmp_path/"ex")], cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "eagle3  K=1  tokens per target forward" in r.stdout and "ngram   K=1" in r.stdout
-    assert "best eagle3  K=" in r.stdout and "best ngram   K=" in r.stdout
+    assert "best eagle3  K=" in r.stdout and "best ngram   K=" in r.stdout and "verdict: " in r.stdout
     led = json.loads((tmp_path/"ex/pipeline.json").read_text())
     assert led["capture"]["summary"].startswith("capture: skipped (train.source is online")
     assert json.loads((tmp_path/"ex/train/manifest.json").read_text())["config"]["source"] == "online"
