@@ -8,8 +8,9 @@ K is the figure; nothing here is timed (the machine may be busy).
 
 A variant is `name` from VARIANTS (training overrides). `--context N` trains on the generated records and the first N
 context records of the base capture (a subset index over the same shards). Results append to OUT/results.jsonl.
-The tuning prompts are held-out-side prompts 32..63 of the base run's prepared prompts (the main job evaluates the
-first 8 / 16 / 32 of that side, and the sealed set comes from the far end of the data)."""
+The tuning prompts are the last 32 held-out-side prompts of the base run's prepared prompts, outside the base run's
+evaluation and sealed files (the main job evaluates the first 64 / 128 of that side that fit its length limit:
+tune on a `medium` base, whose 128 cover `small`'s 64; `large` evaluates all of them, so never tune on one)."""
 import argparse, json, os, shutil, sys, time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,7 +33,7 @@ VARIANTS = {
     "fc_norm31": {"fc_norm": True, "norm_output": True},
     "labels_only": {"loss_positions": "labels"},
 }
-TUNE = slice(32, 64)
+TUNE = 32   # the last prompts of the held-out side, farthest from the evaluation sets drawn from its front
 
 
 def subset_capture(base:Path, run:Path, n_context:int|None, generated:bool=True):
@@ -75,8 +76,12 @@ def items_len(run:Path) -> list:
 def tuning_set(base:Path, c) -> list:
     from eagle3nb.core import JsonlReader
     from eagle3nb.heldout import split_prompts
+    from eagle3nb.prompts import conversation_of
     prompts = [o for _, o in JsonlReader(base/"prompts"/"prompts.jsonl")]
-    return split_prompts(prompts, c.generate.n_prompts, TUNE.stop, c.data.heldout_share)[1][TUNE]
+    used = {conversation_of(o) for f in ("evaluate_prompts.jsonl", "sealed_prompts.jsonl") if (base/f).exists()
+            for _, o in JsonlReader(base/f)}
+    held = split_prompts(prompts, c.generate.n_prompts, None, c.data.heldout_share)[1]
+    return [p for p in held if conversation_of(p) not in used][-TUNE:]
 
 
 def main():

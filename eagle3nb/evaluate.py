@@ -23,7 +23,7 @@ __all__ = ['ROW_KEYS', 'DTYPES', 'TargetCache', 'DrafterCache', 'ngram_propose',
            'by_k_row', 'ngram_name', 'replay_prompts', 'sum_rows', 'replay', 'measure_replay', 'prompt_texts',
            'per_prompt_records', 'peak_ks', 'measure_costs', 'recommend_k', 'expected_speedup', 'resolve_device',
            'drafter_to', 'param_count', 'device_memory', 'TooLarge', 'check_fits', 'tau_sim_by_k', 'plot_report',
-           'vocab_sweep', 'EvaluateConfig', 'evaluate', 'power_lines', 'print_report']
+           'vocab_sweep', 'EvaluateConfig', 'loop_beside_replay', 'evaluate', 'power_lines', 'print_report']
 
 # %% ../nbs/10_evaluate.ipynb #26a9a4e1
 class TargetCache:
@@ -485,14 +485,13 @@ def greedy_runs(model, prompts:list, # prompt id lists
         for a in range(0, len(prompts), batch_size):
             out += _greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos, tail, aux_layers)
         return out
-    keep, engine.eos_ids = engine.eos_ids, []        # EOS ignored: each answer is cut at its first EOS below
+    keep = engine.eos_ids, engine.aux_layers
+    engine.eos_ids, engine.aux_layers = [], aux_layers    # EOS ignored: each answer is cut at its first EOS below
     try: gens = engine.generate_batch([list(p) for p in prompts], Sampling(max_new_tokens=max_new_tokens + tail))
-    finally: engine.eos_ids = keep
+    finally: engine.eos_ids, engine.aux_layers = keep
     for p, g in zip(prompts, gens):
         r = _cut(g.output_ids, eos, max_new_tokens, tail)
-        if aux_layers:
-            s = list(p) + r["output"]
-            r["aux"] = engine.forward.states(torch.tensor(s, device=engine.device), [len(s)], aux_layers)[0].float()
+        if aux_layers: r["aux"] = g.meta["aux"][:len(p) + len(r["output"])].float()   # the states the engine kept
         out.append(r)
     return out
 
@@ -530,6 +529,7 @@ def chain_drafts(model, drafter:Drafter, seq:list, steps:int,
     ("Every chain's drafts at T=0, `[steps, len(seq)]` target ids: slot p of step k drafts `seq[p+2+k]` "
      "(one target forward for the aux states, one teacher-forced drafter pass).")
     if aux is None: _, aux = TargetCache(model, drafter.config.aux_layers_hf)(seq)
+    aux = aux[:len(seq)]
     if len(aux) < len(seq):   # slots past the answer only feed later steps their true tokens: their states are unused
         aux = torch.cat([aux, aux.new_zeros(len(seq) - len(aux), aux.shape[1])])
     x = torch.tensor([seq], device=drafter.fc.weight.device)
@@ -917,9 +917,10 @@ class EvaluateConfig:
     temperature: float = 0.0  # 0 is greedy (and lossless); above it, speculative sampling
     draft_sample: str = "greedy"  # at T > 0: greedy (argmax drafts, vLLM's default) or probabilistic
     ngram: bool = True  # n-gram prompt lookup beside the drafter
-    ngram_max_k: int = 10  # n-gram replayed at K = 1.. at least this, on to two past its peak (up to twice this)
+    ngram_max_k: int = 10  # n-gram replayed at K = 1.. at least this, on to two past its peak (up to 3x this)
     ngram_settings: list = field(default_factory=lambda: [[2, 4], [1, 3], [2, 5], [3, 5], [5, 5]])  # lookup min, max
     loop_n_prompts: int | None = 8  # at T=0 the wall-clock loop runs on the first N held-out prompts (None: all)
+    loop_max_new_tokens: int | None = None  # at T=0 the loop's tokens per prompt (None: max_new_tokens)
     resamples: int = 2000  # bootstrap resamples (whole conversations) for the 95% intervals
     seed: int = 0  # the bootstrap's seed
     device: str = "auto"  # auto (a GPU where one exists, else the CPU), cpu, cuda or cuda:N: target and drafter
@@ -954,7 +955,7 @@ def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_t
            "outputs": [r["output"] for r in held["runs"]], "engine": held["greedy"],
            "ngram_settings": table, "ngram_chosen": names.get(chosen),
            "ngram_peak": {"k": ks.get("ngram"), "measured_to": max(ngram_ks, default=0),
-                          "still_rising": ks.get("ngram") == max(ngram_ks, default=0)} if chosen else None}
+                          "still_rising": ks.get("ngram", 0) > max(ngram_ks, default=0) - 2} if chosen else None}
     if len(ks) == 2:
         out["power"] = power_block(lines, ks, max_new_tokens, resamples, seed)
         out["top_wins"] = top_wins(lines, ks)
@@ -974,8 +975,14 @@ def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_t
         out["per_prompt"] = lines + slines
     return out
 
+def _cut_run(r:dict, n:int) -> dict:
+    "A greedy run as if decoded to `n` tokens: its answer's first `n` (a greedy prefix), the tail after them."
+    full = r["output"] + r["tail"]
+    out = r["output"][:n]
+    return {"output": out, "tail": full[len(out):len(out) + len(r["tail"])], "aux": r.get("aux")}
+
 def _loop_check(rows:list, per_prompt:list, n:int, outputs_equal:int) -> dict:
-    "The wall-clock loop's counters on the first `n` held-out prompts beside the replay's on the same prompts."
+    "The wall-clock loop's counters on `n` held-out prompts beside the replay's on the same prompts and tokens."
     keys = ("drafts", "draft_tokens", "accepted_per_pos", "target_forwards")
     sub, eq = [q for q in per_prompt if q["set"] == "heldout"][:n], {}
     for r in rows:
@@ -986,6 +993,18 @@ def _loop_check(rows:list, per_prompt:list, n:int, outputs_equal:int) -> dict:
                [sum(x) for x in zip(*(c[k] for c in cells))] for k in keys}
         eq[f"{r['method']} K={r['k']}"] = all(r[k] == tot[k] for k in keys)
     return {"prompts": n, "outputs_equal_replay": outputs_equal, "counters_equal": eq}
+
+def loop_beside_replay(model, d, recs:list, runs:list, max_new_tokens:int, eos:list, ks:list, ngram:bool,
+                       lookup:tuple, batch_size:int, progress:bool) -> tuple:
+    ("The real loop on `recs` (a labelled subset) to `max_new_tokens`, and its counters beside the replay's of "
+     "the same greedy runs cut to that length: `(sweep's answer, loop check)`.")
+    ps = [(r["id"], r["prompt_ids"]) for r in recs]
+    res = sweep(model, d, ps, max_new_tokens, eos, ks, 0.0, ngram, progress, True, batch_size, lookup)
+    cut = [_cut_run(r, max_new_tokens) for r in runs]
+    per = replay_prompts(model, d, ps, cut, ks if d is not None else [], ks if ngram else [], [tuple(lookup)])
+    lines = per_prompt_records(per, recs, "heldout", {"eagle3": "eagle3", "ngram": ngram_name(tuple(lookup))})
+    same = sum(o == c["output"] for o, c in zip(res["outputs"], cut))
+    return res, {**_loop_check(res["rows"], lines, len(ps), same), "max_new_tokens": max_new_tokens}
 
 # %% ../nbs/10_evaluate.ipynb #d1b7aec5
 def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl), writes evaluate/
@@ -999,9 +1018,10 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
              dtype:str="auto", # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16, float16
              batch_size:int=1, # prompts in flight at once
              sealed=None, # at T=0: a JSONL of prompts put aside before any tuning, replayed at every K at the end
-             ngram_max_k:int=10, # n-gram's K: 1.. at least this, on to two past its peak (measured to twice this)
+             ngram_max_k:int=10, # n-gram's K: 1.. at least this, on to two past its peak (measured to 3x this)
              ngram_settings=((2, 4),), # n-gram's (prompt_lookup_min, max) tried; the best on the held-out set is used
              loop_n_prompts:int|None=None, # at T=0 the wall-clock loop on the first N held-out prompts (None: all)
+             loop_max_new_tokens:int|None=None, # at T=0 the loop's tokens per prompt (None: max_new_tokens)
              resamples:int=2000, seed:int=0, # the bootstrap over conversations
             ) -> dict:
     "Measure the drafter by draft-and-verify decoding beside n-gram lookup, each at its best K; write report and plots."
@@ -1027,20 +1047,18 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     model, eos = tgt.load_model(dtype, device), eos_ids(tgt.path, tgt.tokenizer)
     d = drafter_to(d, device, dtype)
     eagle_ks = list(range(1, max(ks + [2 * (ttt or 0)]) + 1))    # past the trained depth: twice the training K
-    ngram_ks = list(range(1, max(ks + [2 * ngram_max_k]) + 1)) if ngram else []
+    ngram_ks = list(range(1, max(ks + [3 * ngram_max_k]) + 1)) if ngram else []
     power = None
     if temperature == 0:
         engine = LocalEngine(tgt, dtype, device, max_batch=max(batch_size, 1))
         engine._model = model                                    # one copy of the weights for both paths
         power = _t0_power(model, d, engine, tgt.tokenizer, recs, srecs, max_new_tokens, eos, eagle_ks, ngram_ks,
                           [list(s) for s in ngram_settings], ngram_max_k, batch_size, resamples, seed)
-        loop_ps = ps[:loop_n_prompts] if loop_n_prompts else ps
-        lookup = power["ngram_chosen"] or (2, 4)
-        res = sweep(model, d, loop_ps, max_new_tokens, eos, ks, temperature, ngram, progress, True, batch_size,
-                    lookup)
+        n_loop, lookup = loop_n_prompts or len(recs), power["ngram_chosen"] or (2, 4)
+        res, loop = loop_beside_replay(model, d, recs[:n_loop], power["runs"][:n_loop],
+                                       loop_max_new_tokens or max_new_tokens, eos, ks, ngram, lookup, batch_size,
+                                       progress)
         by_k, best, outputs = power["by_k"], power["best"], power["outputs"]
-        same = sum(o == r for o, r in zip(res["outputs"], outputs))
-        loop = _loop_check(res["rows"], power["per_prompt"], len(loop_ps), same)
     else:
         lookup = (2, 4)
         res = sweep(model, d, ps, max_new_tokens, eos, ks, temperature, ngram, progress, draft_sample == "greedy",

@@ -225,16 +225,19 @@ def forward(self:LeanLlama, ids, # `[tokens]`: the decode rows' last ids, then t
             cache, # the `SlotCache`, prepared by `begin_step`
             n_dec:int, # decode rows (slots 0..n_dec-1, one token each, written at their own length)
             segs:list, # joining prompts `(slot, start, length)`: ids `start..start+length-1` written at 0..length-1
+            aux_layers:list|None=None, # HF hidden-state indices to keep for every token fed (see `states`)
            ):
-    "Logits of every decode row and of each joining prompt's last token, `[n_dec + len(segs), vocab]`."
+    ("Logits of every decode row and of each joining prompt's last token, `[n_dec + len(segs), vocab]`; with "
+     "`aux_layers`, `(logits, aux [tokens, len(aux_layers) * hidden])`.")
     F = torch.nn.functional
     Hq, Hkv, D = self.Hq, self.Hkv, self.D
     g, N, threads = Hq // Hkv, ids.shape[0], torch.get_num_threads()
     lens = [cache.lens[i] + 1 for i in range(n_dec)]                  # each decode row's length with this token
     pos = torch.cat([cache.pos] + [torch.arange(L, device=ids.device) for _, _, L in segs]) if segs else cache.pos
     cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
-    x = F.embedding(ids, self.embed)
+    x, aux = F.embedding(ids, self.embed), {}
     for l, p in enumerate(self.layers):
+        if aux_layers and l in aux_layers: aux[l] = x
         q, k, v = self._qkv(p, x, cos, sin)
         kb, vb, outs = cache.keys[l], cache.values[l], []
         if n_dec:
@@ -258,7 +261,8 @@ def forward(self:LeanLlama, ids, # `[tokens]`: the decode rows' last ids, then t
             outs.append(o[0].transpose(0, 1).reshape(L, Hq * D))
         x = self._rest(p, x, outs[0] if len(outs) == 1 else torch.cat(outs))
     last = list(range(n_dec)) + [st + L - 1 for _, st, L in segs]
-    return self.head(_rms(x[last] if len(last) < N else x, self.norm, self.eps))
+    logits = self.head(_rms(x[last] if len(last) < N else x, self.norm, self.eps))
+    return (logits, torch.cat([aux[l] for l in aux_layers], -1)) if aux_layers else logits
 
 # %% ../nbs/03a_lean.ipynb #6120fd9a
 @patch

@@ -95,10 +95,12 @@ class LocalEngine:
                  threads:int|None=None, # torch threads for the forward (default `default_threads()`: every core)
                  lean:bool=True, # the lean forward (`LeanLlama`) for models it knows; False: transformers' own forward
                  prefill_tokens:int=512, # most prompt tokens that join one step (a longer prompt joins alone)
+                 aux_layers:list|None=None, # HF hidden-state indices kept for every token a row feeds (lean forward):
+                                            # a finished row's `meta["aux"]`, `[prompt + output − 1, len · hidden]`
                 ):
         self.target = target if isinstance(target, Target) else load_target(target)
         self.dtype, self.device, self.max_batch, self.threads = dtype, device, max_batch, threads
-        self.lean, self.prefill_tokens, self._lean = lean, prefill_tokens, None
+        self.lean, self.prefill_tokens, self._lean, self.aux_layers = lean, prefill_tokens, None, aux_layers
         cfg = self.target.config()
         self.vocab_size = int(cfg["vocab_size"])
         self.context_length = self.target.context_length or 4096
@@ -162,6 +164,7 @@ class _Row:
     counts: object = None
     t_start: float = 0.0
     peak_batch: int = 0
+    aux: list = field(default_factory=list)   # the aux states of the tokens it fed (engines with `aux_layers`)
 
 # %% ../nbs/03b_local.ipynb #460b57d4
 @patch
@@ -195,7 +198,8 @@ def _push(self:LocalEngine, r:_Row, t:int) -> bool:
     r.deliver(Generation(r.output_ids, r.finish,
                          {"prompt_tokens": len(r.prompt_ids), "completion_tokens": n, "cached_tokens": 0},
                          {"batch_size": r.peak_batch, "queue_s": round(r.t_start - r.t_arrive, 4),
-                          "engine_latency_s": round(now - r.t_arrive, 4)}), None)
+                          "engine_latency_s": round(now - r.t_arrive, 4),
+                          **({"aux": torch.cat(r.aux)} if r.aux else {})}), None)
     return True
 
 # %% ../nbs/03b_local.ipynb #8dae55cc
@@ -234,7 +238,12 @@ def _step(self:LocalEngine, new:list, decode:bool=True):
         st += len(r.prompt_ids)
         ids += r.prompt_ids
     cache.begin_step(n)
-    with torch.inference_mode(): logits = fwd.forward(torch.tensor(ids, device=self.device), cache, n, segs)
+    with torch.inference_mode():
+        out = fwd.forward(torch.tensor(ids, device=self.device), cache, n, segs, aux_layers=self.aux_layers)
+    logits, aux = out if self.aux_layers else (out, None)
+    if aux is not None:                               # each row's fed tokens: a decode row's one, a prompt's all
+        for i, r in enumerate(rows[:n]): r.aux.append(aux[i:i + 1])
+        for (_, s0, L), r in zip(segs, new): r.aux.append(aux[s0:s0 + L])
     stepped = rows[:n] + new
     toks = self._sample(stepped, logits)
     cache.end_step()                                  # only now: a step that failed before this point can be run again

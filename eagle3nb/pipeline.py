@@ -202,6 +202,7 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
                         max_new_tokens=e.max_new_tokens, ngram=e.ngram, draft_sample=e.draft_sample, device=e.device,
                         dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c, held),
                         ngram_max_k=e.ngram_max_k, ngram_settings=e.ngram_settings, loop_n_prompts=e.loop_n_prompts,
+                        loop_max_new_tokens=e.loop_max_new_tokens,
                         resamples=e.resamples, seed=e.seed)
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         (run/"evaluate"/"report.json").unlink(missing_ok=True)
@@ -233,7 +234,7 @@ def _vllm_check(c:PipelineConfig, run:Path) -> str:
         from eagle3nb.core import read_jsonl
         res = vllm_check(run/"export"/"speculators", rep["config"]["target"], read_jsonl(run/"sealed_prompts.jsonl"),
                          b["k"], s["max_new_tokens"], b, s["outputs"], run/"export"/"vllm_server.log",
-                         dtype=rep["config"]["dtype"])
+                         dtype=rep["config"]["dtype"], concurrency=c.export.vllm_concurrency)
     write_json(out, res)
     if "not_run" in res: return f"vllm check: not run ({res['not_run']})"
     v = res["vllm"]

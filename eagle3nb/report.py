@@ -194,7 +194,7 @@ def _headline_blocks(rep:dict) -> list:
                   f"{lc['outputs_equal_replay']} of {lc['prompts']}):")] if lc else \
         [("p", "The real loop at the configured K, with wall-clock time:")]
     wins = [("p", "Where each method wins most (tokens per target forward per prompt, held-out, at the chosen K):"),
-            ("code", wins_table(rep["top_wins"]))] if rep.get("top_wins") else []
+            ("code", wins_table(rep["top_wins"]))] if any((rep.get("top_wins") or {}).values()) else []
     return [("h2", "Headline: the drafter beside n-gram on held-out prompts"),
             ("p", f"Draft-and-verify decoding (vLLM's EAGLE-3 loop) on {c['n_prompts']} prompts "
                   f"({c['prompts_name']}) from conversations training never saw, T={c['temperature']}, "

@@ -98,8 +98,9 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
     "evaluate": {"n_prompts": 64, "ks": [1, 3], "max_new_tokens": 256, "sealed_n_prompts": 32, "loop_n_prompts": 8,
-                 "batch_size": 16},   # replayed from batched greedy runs: enough prompts to decide, in minutes
-    "export": {"vllm_check": "auto"},
+                 "loop_max_new_tokens": 128,   # the wall-clock loop on a labelled subset; the rest is replayed
+                 "batch_size": 16},   # from batched greedy runs: enough prompts to decide, in minutes
+    "export": {"vllm_check": "auto", "vllm_concurrency": 8},   # vLLM's counters on every sealed prompt
 }
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"n_prompts": 4, "max_new_tokens": 24},
@@ -108,7 +109,8 @@ SIZES = {
              "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1, "loop_n_prompts": 1},
              "export": {"vllm_check": "never"}},
     "small": {"evaluate": {"ks": [3]}},
-    "medium": {"generate": {"n_prompts": 64}, "context": {"n_prompts": 400}, "train": {"epochs": 3,
+    "medium": {"data": {"limit": 3000},   # 3,000 rows: enough held-out conversations for 128 prompts that fit
+               "generate": {"n_prompts": 64}, "context": {"n_prompts": 400}, "train": {"epochs": 3,
                "vocab_sweep": [1024, 16384]}, "evaluate": {"n_prompts": 128, "ks": [3]}},
     "large": {"data": {"limit": None}, "generate": {"n_prompts": 1024, "max_new_tokens": 768},
               "context": {"n_prompts": 4000},

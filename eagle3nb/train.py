@@ -420,6 +420,7 @@ class TrainConfig:
     eval_every: int = 50  # evaluate the held-out records every N steps
     eval_batches: int | None = None  # held-out batches per evaluation (default: every held-out record)
     ckpt_every: int = 100  # checkpoint every N steps
+    keep_checkpoints: int = 2  # checkpoints kept, the newest (0: every one, to score the drafter along the run)
     log_every: int = 10  # log train metrics every N steps
     seed: int = 0  # model init, batch order and held-out split
     source: str = "offline"  # offline (captured shards), online (the target runs in the loop) or stream (vLLM servers)
@@ -555,7 +556,7 @@ def latest_checkpoint(ckpt_dir) -> Path|None:
     return ps[-1] if ps else None
 
 # %% ../nbs/09_train.ipynb #f7dac218
-_SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every")
+_SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every", "keep_checkpoints")
 _HOW_KEYS = ("loss_chunk", "urls", "spool_gb", "keep_spool", "spool_dtype", "stream_concurrency",  # how, not what
              "vocab_sweep")   # the other drafters of a sweep, not this one
 _RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
@@ -650,10 +651,11 @@ def _finish(out:Path, drafter, vocab, cfg:TrainConfig, note:dict, config:dict, c
 
 # %% ../nbs/09_train.ipynb #45faf116
 def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab, data:dict|None=None):
-    "Save step `step`'s checkpoint; keep the newest two."
+    "Save step `step`'s checkpoint; keep the newest `cfg.keep_checkpoints` (0: all)."
     ckdir.mkdir(parents=True, exist_ok=True)
     save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab, data)
-    for old in sorted(ckdir.glob("step-*.pt"))[:-2]: old.unlink()
+    if cfg.keep_checkpoints:
+        for old in sorted(ckdir.glob("step-*.pt"))[:-cfg.keep_checkpoints]: old.unlink()
 
 # %% ../nbs/09_train.ipynb #060c8f69
 def _clear_checkpoints(ckdir:Path):

@@ -1,0 +1,132 @@
+"""Where more training pays: a run's drafter scored at every kept checkpoint on held-out prompts, with intervals.
+
+    .venv/bin/python bench/trend.py --run runs/medium --prompts runs/default/evaluate_prompts.jsonl \
+        --extra small=runs/default --out nbs/results/trend.json
+
+The run must keep its checkpoints (`--set train.keep_checkpoints=0`). Each checkpoint's drafter (and each `--extra`
+run's final drafter) is replayed at every K up to twice its training K on the same prompts and the same greedy answers
+(one batched greedy run, `evaluate.measure_replay`), n-gram beside it at each of the evaluation's lookup settings and
+K up to 20; each method at its best K on these prompts (the trend is what is read here, not a headline), a paired
+bootstrap over conversations for the intervals (`power.power_block`). Training tokens are steps × `batch_tokens`
+(padded), CPU minutes the training stage's seconds spread evenly over its steps (the machine's load is stated, not
+controlled). Writes OUT (JSON) and OUT with .png: tokens per target forward against training tokens and CPU minutes,
+n-gram's band across."""
+import argparse, json, time
+from pathlib import Path
+
+
+def ckpt_drafter(final_dir:Path, ckpt:Path):
+    "The run's final drafter with a checkpoint's weights (embeddings stay the target's)."
+    import torch
+    from eagle3nb.drafter import load_drafter
+    d = load_drafter(final_dir)
+    d.load_state_dict(torch.load(ckpt, weights_only=False, map_location="cpu")["model"], strict=False)
+    return d.eval()
+
+
+def heldout_losses(run:Path) -> dict:
+    "`{step: held-out loss at step 0 of the chain}` from the run's metrics."
+    rows = [json.loads(x) for x in open(run/"train"/"metrics.jsonl")]
+    return {r["step"]: r["loss_k"][0] for r in rows if r.get("split") == "heldout" and r.get("loss_k")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True, help="a run trained with --set train.keep_checkpoints=0")
+    ap.add_argument("--prompts", default=None, help="held-out prompt records (default: RUN/evaluate_prompts.jsonl)")
+    ap.add_argument("--n", type=int, default=64, help="the first N prompts")
+    ap.add_argument("--extra", action="append", default=[], help="LABEL=RUN: its final drafter, one more point")
+    ap.add_argument("--max_new_tokens", type=int, default=256)
+    ap.add_argument("--batch_size", type=int, default=16)
+    ap.add_argument("--out", default="runs/trend.json")
+    a = ap.parse_args()
+    from eagle3nb.core import read_json, read_jsonl
+    from eagle3nb.drafter import load_drafter
+    from eagle3nb.evaluate import measure_replay, ngram_name, per_prompt_records
+    from eagle3nb.heldout import screen_drafter_heldout
+    from eagle3nb.local import LocalEngine
+    from eagle3nb.models import eos_ids, load_target
+    from eagle3nb.power import choose_k, power_block
+    from eagle3nb.settings import pipeline_config
+    run, t0 = Path(a.run), time.time()
+    recs = read_jsonl(a.prompts or run/"evaluate_prompts.jsonl")[:a.n]
+    points = [("checkpoint", run, p) for p in sorted((run/"train"/"checkpoints").glob("step-*.pt"))]
+    points += [(lab, Path(r), None) for lab, r in (e.split("=", 1) for e in a.extra)]
+    for _, r, _ in points:   # every drafter: these prompts are none of its training conversations or near copies
+        recs = screen_drafter_heldout(recs, r/"train"/"drafter", "trend prompts")[0]
+    settings = [tuple(s) for s in pipeline_config().evaluate.ngram_settings]
+    tgt = load_target(load_drafter(run/"train"/"drafter").config.target)
+    model, eos = tgt.load_model("float32", "cpu"), eos_ids(tgt.path, tgt.tokenizer)
+    eng = LocalEngine(tgt, max_batch=a.batch_size)
+    eng._model = model
+    ps = [(r["id"], r["prompt_ids"]) for r in recs]
+    d0 = load_drafter(run/"train"/"drafter")
+    ttt = (read_json(run/"train"/"drafter"/"config.json").get("eagle3nb_train") or {}).get("ttt_steps") or 3
+    base = measure_replay(model, d0, ps, a.max_new_tokens, eos, range(1, 2 * ttt + 1), range(1, 21), a.batch_size,
+                          ngram_settings=settings, named=True, engine=eng)
+    gname = max((ngram_name(s) for s in settings), key=lambda n: base["best"][n]["tokens_per_forward"])
+    out = {"prompts": str(a.prompts or run/"evaluate_prompts.jsonl"), "n_prompts": len(ps),
+           "max_new_tokens": a.max_new_tokens, "greedy": base["greedy"], "ngram_setting": gname, "points": []}
+    losses = heldout_losses(run)
+    man = read_json(run/"train"/"manifest.json")
+    steps, secs, bt = man["counts"]["steps"], man["timings"]["seconds"], man["config"]["batch_tokens"]
+    for label, r, ck in points:
+        if ck is None:
+            m = read_json(r/"train"/"manifest.json")
+            d, step, s_secs, s_bt = load_drafter(r/"train"/"drafter"), m["counts"]["steps"], m["timings"]["seconds"], \
+                m["config"]["batch_tokens"]
+            minutes, loss = s_secs / 60, (m["final"].get("heldout") or {}).get("loss_k", [None])[0]
+        else:
+            import torch
+            d, s_bt = ckpt_drafter(run/"train"/"drafter", ck), bt
+            step = torch.load(ck, weights_only=False, map_location="cpu")["step"]
+            minutes, loss = secs * step / steps / 60, losses.get(step)
+        k_ttt = (read_json(r/"train"/"drafter"/"config.json").get("eagle3nb_train") or {}).get("ttt_steps") or ttt
+        res = measure_replay(model, d, ps, a.max_new_tokens, eos, range(1, 2 * k_ttt + 1), range(1, 21),
+                             outputs=base["runs"], ngram_settings=[tuple(map(int, gname[5:].split("-")))], named=True)
+        lines = per_prompt_records(res["per_prompt"], recs, "heldout", {"eagle3": "eagle3", "ngram": gname})
+        ks = {m: choose_k(lines, m) for m in ("eagle3", "ngram")}
+        p = power_block(lines, ks, a.max_new_tokens)
+        out["points"].append({"label": label, "run": str(r), "step": step, "train_tokens": step * s_bt,
+                              "cpu_minutes": round(minutes, 2), "heldout_loss": loss, **p})
+        print(f"{label:10s} step {step:5d}  eagle3 K={ks['eagle3']} {p['tokens_per_forward']['eagle3']:.3f} "
+              f"{p['ci95']['eagle3']}  ngram K={ks['ngram']} {p['tokens_per_forward']['ngram']:.3f}  "
+              f"ratio {p['ratio']:.3f} {p['ci95']['ratio']}  {p['verdict']}", flush=True)
+    out["seconds"] = round(time.time() - t0, 1)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    plot(out, Path(a.out).with_suffix(".png"))
+
+
+def plot(out:dict, path:Path):
+    "Tokens per target forward with 95% intervals against training tokens and CPU minutes; n-gram's band across."
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    pts = out["points"]
+    fig, axs = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    g = pts[0]
+    for ax, x, name in ((axs[0], "train_tokens", "training tokens (steps × padded batch tokens)"),
+                        (axs[1], "cpu_minutes", "training CPU minutes (2 cores)")):
+        ck = [p for p in pts if p["label"] == "checkpoint"]
+        for group, style in ((ck, "o-"), *(([p], "s") for p in pts if p["label"] != "checkpoint")):
+            xs = [p[x] for p in group]
+            ys = [p["tokens_per_forward"]["eagle3"] for p in group]
+            err = [[y - p["ci95"]["eagle3"][0] for y, p in zip(ys, group)],
+                   [p["ci95"]["eagle3"][1] - y for y, p in zip(ys, group)]]
+            ax.errorbar(xs, ys, yerr=err, fmt=style, capsize=3,
+                        label=f"drafter ({group[0]['label']}), at its best K, 95% interval")
+        lo, hi = g["ci95"]["ngram"]
+        ax.axhspan(lo, hi, color="C1", alpha=0.2, label=f"n-gram at its best K (K={g['k']['ngram']}), 95% interval")
+        ax.axhline(g["tokens_per_forward"]["ngram"], color="C1", lw=1)
+        ax.set_xlabel(name)
+        ax.grid(alpha=.3)
+    axs[0].set_ylabel("tokens per target forward (pooled)")
+    axs[0].legend(fontsize=7)
+    fig.suptitle(f"{out['n_prompts']} held-out prompts × ≤ {out['max_new_tokens']} tokens, T=0 replay", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__": main()
