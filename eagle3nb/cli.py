@@ -98,7 +98,8 @@ def config_options(p:argparse.ArgumentParser, cls, skip=()):
         if f.name in skip: continue
         hint = str(hints[f.name]).replace("typing.", "").replace("<class '", "").replace("'>", "")
         default = f.default if f.default is not MISSING else f.default_factory()
-        kw = dict(help=f"{docs.get(f.name) or ''} (default: {default})", default=argparse.SUPPRESS, dest=f.name)
+        kw = dict(help=f"{docs.get(f.name) or ''} (default: {default})".replace("%", "%%"),   # argparse formats it
+                  default=argparse.SUPPRESS, dest=f.name)
         if hint.startswith("list"): kw.update(nargs="+", action=_Items, type=_items, metavar="V")
         elif hint == "bool": kw.update(nargs="?", const=True, type=lambda s, h=hint: _value(h, s), metavar="true|false")
         else: kw.update(type=lambda s, h=hint: _value(h, s), metavar=hint.split(" ")[0].upper())

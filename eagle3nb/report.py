@@ -294,6 +294,18 @@ def _serve_blocks(run:Path, target:str, rep:dict|None) -> list:
     return b
 
 # %% ../nbs/12a_report.ipynb #4b6d2544
+def _screen_blocks(run:Path, rep:dict) -> list:
+    "What drawing and screening the prompt sets passed over: too long, near duplicates of training prompts."
+    drawn = read_json(run/"prompt_screen.json") if (run/"prompt_screen.json").exists() else {}
+    nd = rep.get("near_duplicates") or {}
+    said = [f"{w}: {d['kept']} drawn from {d['candidates']} candidates, {d['over_max_tokens']} over "
+            f"{d['max_tokens']} tokens and {len(d['near_duplicates'])} near duplicates of training-side prompts "
+            "passed over" for w, d in drawn.items()]
+    said += [f"{w} at evaluation: {len(v)} dropped as near duplicates of what the drafter trained on"
+             for w, v in nd.items() if v is not None]
+    if not said: return []
+    return [("p", "Prompt screens (8-gram Jaccard > 0.5 is a near duplicate): " + "; ".join(said) + ".")]
+
 def report_blocks(run) -> list:
     "The report of a run as blocks, from its manifests, its evaluation report and its plots."
     run = Path(run)
@@ -305,7 +317,8 @@ def report_blocks(run) -> list:
     b = [("h1", f"eagle3nb report: {run.name}"),
          ("p", f"Target `{target}`; data {data}; run directory `{run}`. "
                f"Total time of the stages {sum(v['seconds'] for v in led.values()):.0f} s.")]
-    return b + (_headline_blocks(rep) + _sealed_blocks(rep) if rep else []) + _vllm_blocks(run) + \
+    return b + (_headline_blocks(rep) + _sealed_blocks(rep) + _screen_blocks(run, rep) if rep else []) + \
+        _vllm_blocks(run) + \
         _stage_blocks(run, led) + _plot_blocks(run) + _serve_blocks(run, target, rep)
 
 def write_report(run) -> tuple:

@@ -56,6 +56,10 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     md, page = (d/"report.md").read_text(), (d/"report.html").read_text()
     assert "## Headline: the drafter beside n-gram on held-out prompts" in md and "**Verdict: " in md
     assert (d/"evaluate/per_prompt.jsonl").exists() and "power" in rep and "power" in rep["sealed"]
+    from eagle3nb.power import headline_from_per_prompt   # every headline figure recomputed from the per-prompt file
+    for which, p in (("heldout", rep["power"]), ("sealed", rep["sealed"]["power"])):
+        h = headline_from_per_prompt(d/"evaluate/per_prompt.jsonl", which, ks=p["k"])
+        assert h["tokens_per_forward"] == p["tokens_per_forward"] and h["n_prompts"] == p["n_prompts"]
     assert "tokens / target forward" in md
     assert "vllm serve" in md and "--speculative-algorithm EAGLE3" in md
     assert page.count("data:image/png;base64,") >= 3 and "src=\"plots/" not in page
