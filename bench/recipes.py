@@ -101,7 +101,7 @@ def main():
     from eagle3nb.drafter import load_drafter
     from eagle3nb.heldout import check_drafter_heldout
     from eagle3nb.models import eos_ids, load_target
-    from eagle3nb.evaluate import measure_replay
+    from eagle3nb.replay import measure_replay
     base, out = Path(a.base), Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     c = pipeline_config(size=a.size)

@@ -5,7 +5,7 @@
 
 The run must keep its checkpoints (`--set train.keep_checkpoints=0`). Each checkpoint's drafter (and each `--extra`
 run's final drafter) is replayed at every K up to twice its training K on the same prompts and the same greedy answers
-(one batched greedy run, `evaluate.measure_replay`), n-gram beside it at each of the evaluation's lookup settings and
+(one batched greedy run, `replay.measure_replay`), n-gram beside it at each of the evaluation's lookup settings and
 K up to 20; each method at its best K on these prompts (the trend is what is read here, not a headline), a paired
 bootstrap over conversations for the intervals (`power.power_block`). Training tokens are steps × `batch_tokens`
 (padded), CPU minutes the training stage's seconds spread evenly over its steps (the machine's load is stated, not
@@ -42,7 +42,7 @@ def main():
     a = ap.parse_args()
     from eagle3nb.core import read_json, read_jsonl
     from eagle3nb.drafter import load_drafter
-    from eagle3nb.evaluate import measure_replay, ngram_name, per_prompt_records
+    from eagle3nb.replay import measure_replay, ngram_name, per_prompt_records
     from eagle3nb.heldout import screen_drafter_heldout
     from eagle3nb.local import LocalEngine
     from eagle3nb.models import eos_ids, load_target

@@ -195,7 +195,8 @@ def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     return s + "".join(f"; vocab sweep N={m['draft_vocab']['size']}: {m['counts']['steps']} steps" for m in sweep)
 
 def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
-    from eagle3nb.evaluate import TooLarge, evaluate
+    from eagle3nb.costs import TooLarge
+    from eagle3nb.evaluate import evaluate
     e = c.evaluate
     held = heldout_prompts(run, c)
     try: rep = evaluate(run, held, ks=e.ks, temperature=e.temperature,

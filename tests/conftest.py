@@ -63,7 +63,8 @@ def vllm_spec_check(tmp_path_factory):
      "in-process loop and its replay on the same prompts. The drafter has EAGLE-3.1's norms, as the main job's: "
      "vLLM must read `input_norm` and feed the normed state back, or τ and the outputs part.")
     from quick_drafter import fit_drafter
-    from eagle3nb.evaluate import replay, run_prompts
+    from eagle3nb.decode import run_prompts
+    from eagle3nb.replay import replay
     from eagle3nb.export import export_speculators
     from eagle3nb.models import eos_ids
     from eagle3nb.protocol import Sampling

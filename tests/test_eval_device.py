@@ -6,8 +6,9 @@ import torch
 from quick_drafter import fit_drafter
 from eagle3nb.core import InputError
 from eagle3nb.models import eos_ids, load_target
-from eagle3nb.evaluate import (check_fits, drafter_to, evaluate, param_count, resolve_device, run_prompts, spec_decode,
-                               spec_decode_batch)
+from eagle3nb.costs import check_fits, drafter_to, param_count, resolve_device
+from eagle3nb.decode import run_prompts, spec_decode, spec_decode_batch
+from eagle3nb.evaluate import evaluate
 
 NEW = ["Another new prompt here", "Why is the sky blue", "Count: 1 1 2 3 5 8", "a b a b a b"]
 COUNTERS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos", "target_forwards", "output_tokens")

@@ -3,8 +3,8 @@ import pytest
 import torch
 from quick_drafter import fit_drafter
 from eagle3nb.models import eos_ids
-from eagle3nb.evaluate import (SpecStats, chain_drafts, greedy_tail, replay_eagle3, replay_ngram, run_prompts,
-                               spec_decode)
+from eagle3nb.decode import SpecStats, run_prompts, spec_decode
+from eagle3nb.replay import chain_drafts, greedy_tail, replay_eagle3, replay_ngram
 
 NEW = ["Another new prompt here", "Why is the sky blue", "Count: 1 1 2 3 5 8", "a b a b a b"]
 COUNTERS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos", "target_forwards", "output_tokens")

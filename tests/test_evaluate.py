@@ -6,7 +6,7 @@ from quick_drafter import fit_drafter
 from eagle3nb.drafter import Drafter, drafter_config
 from eagle3nb.models import eos_ids
 from eagle3nb.protocol import Sampling
-from eagle3nb.evaluate import SpecStats, run_prompts, spec_decode
+from eagle3nb.decode import SpecStats, run_prompts, spec_decode
 
 @pytest.mark.parametrize("target", ["tiny-llama", "tiny-qwen3"])
 def test_greedy_is_lossless(target):
@@ -95,7 +95,7 @@ def test_sampling_distribution():
     # the test can fail: the drafter's own samples (what accepting every draft would emit) are far from the target's
     dq = {}
     g = torch.Generator().manual_seed(1)
-    from eagle3nb.evaluate import DrafterCache, TargetCache
+    from eagle3nb.decode import DrafterCache, TargetCache
     for i in range(n // 2):
         tc, dc = TargetCache(model, d.config.aux_layers_hf), DrafterCache(d)
         logits, aux = tc(prompt)
