@@ -162,10 +162,19 @@ def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_t
               ngram_ks:list, settings:list, ngram_max_k:int, batch_size:int, resamples:int, seed:int) -> dict:
     ("At T=0, held-out then sealed: greedy runs, every K replayed, n-gram's setting and each method's K chosen on the "
      "held-out prompts, the sealed ones reported at those K; per-prompt lines, intervals and verdicts.")
+    import time
     from eagle3nb.power import choose_k, power_block, top_wins
+    from eagle3nb.replay import greedy_runs
     pairs = lambda rs: [(r["id"], r["prompt_ids"]) for r in rs]
-    held = measure_replay(model, d, pairs(recs), max_new_tokens, eos, eagle_ks, ngram_ks, batch_size, None,
-                          [tuple(s) for s in settings], True, engine)
+    both, t0 = recs + (srecs or []), time.perf_counter()   # both sets' greedy runs in one batched engine call
+    runs = greedy_runs(model, [r["prompt_ids"] for r in both], max_new_tokens, eos, max(eagle_ks + ngram_ks),
+                       d.config.aux_layers_hf if eagle_ks else None, batch_size, engine)
+    secs, toks = time.perf_counter() - t0, sum(len(r["output"]) for r in runs)
+    greedy = {"prompts": len(both), "output_tokens": toks, "seconds": round(secs, 2), "batch_size": batch_size,
+              "tokens_per_s": round(toks / secs, 1) if secs else None,
+              "note": "held-out and sealed prompts' greedy answers, their tails and aux states, one batched run"}
+    held = measure_replay(model, d, pairs(recs), max_new_tokens, eos, eagle_ks, ngram_ks, batch_size,
+                          runs[:len(recs)], [tuple(s) for s in settings], True)
     texts = prompt_texts(recs + (srecs or []), tokenizer)
     names = {ngram_name(s): s for s in map(tuple, settings)} if ngram_ks else {}
     table = [{"prompt_lookup_min": s[0], "prompt_lookup_max": s[1], "k": held["best"][n]["k"],
@@ -179,7 +188,7 @@ def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_t
     shown = {m: peak_ks(rs, ngram_max_k) if m == "ngram" else [r["k"] for r in rs] for m, rs in by_k.items()}
     out = {"by_k": {m: [r for r in rs if r["k"] in shown[m]] for m, rs in by_k.items()},
            "best": {m: _at(by_k[m], k) for m, k in ks.items()}, "per_prompt": lines, "runs": held["runs"],
-           "outputs": [r["output"] for r in held["runs"]], "engine": held["greedy"],
+           "outputs": [r["output"] for r in held["runs"]], "engine": greedy,
            "ngram_settings": table, "ngram_chosen": names.get(chosen),
            "ngram_peak": {"k": ks.get("ngram"), "measured_to": max(ngram_ks, default=0),
                           "still_rising": ks.get("ngram", 0) > max(ngram_ks, default=0) - 2} if chosen else None}
@@ -187,8 +196,8 @@ def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_t
         out["power"] = power_block(lines, ks, max_new_tokens, resamples, seed)
         out["top_wins"] = top_wins(lines, ks)
     if srecs:
-        sm = measure_replay(model, d, pairs(srecs), max_new_tokens, eos, eagle_ks, ngram_ks, batch_size, None,
-                            [names[chosen]] if chosen else [tuple(settings[0])], True, engine)
+        sm = measure_replay(model, d, pairs(srecs), max_new_tokens, eos, eagle_ks, ngram_ks, batch_size,
+                            runs[len(recs):], [names[chosen]] if chosen else [tuple(settings[0])], True)
         slines = per_prompt_records(sm["per_prompt"], srecs, "sealed", methods, texts)
         sby = {m: sm["by_k"][n] if m == "eagle3" else [dict(r, method="ngram") for r in sm["by_k"][n]]
                for m, n in methods.items() if n in sm["by_k"]}
@@ -197,7 +206,7 @@ def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_t
                          "best": {m: _at(sby[m], k) for m, k in ks.items()},
                          "own_best": {m: max(rs, key=lambda r: r["tokens_per_forward"] or 0) for m, rs in sby.items()},
                          "k_from": "the held-out prompts (each method's best K there)",
-                         "outputs": sm["outputs"], "engine": sm["greedy"]}
+                         "outputs": sm["outputs"]}
         if len(ks) == 2: out["sealed"]["power"] = power_block(slines, ks, max_new_tokens, resamples, seed)
         out["per_prompt"] = lines + slines
     return out
@@ -387,6 +396,9 @@ def print_report(report:dict):
         print("n-gram settings (min, max: best K, tokens per target forward): "
               + "; ".join(f"{s['prompt_lookup_min']}, {s['prompt_lookup_max']}: K={s['k']}, "
                           f"{s['tokens_per_forward']:.3f}" for s in g))
+    if (pk := report.get("ngram_peak")) and pk.get("still_rising"):
+        print(f"n-gram still rises at K={pk['measured_to']}, the largest K measured (its answers repeat themselves): "
+              "its best K may lie further")
     for m, r in (report.get("best") or {}).items():
         print(f"chosen {m}: K={r['k']}, {r['tokens_per_forward']:.3f} tokens per target forward, τ {r['tau'] or 1:.3f}")
     if p := report.get("power"): print("\n".join(power_lines(p, "held-out")))

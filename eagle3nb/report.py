@@ -187,7 +187,9 @@ def _headline_blocks(rep:dict) -> list:
     g = rep.get("ngram_settings") or []
     settings = [("p", "n-gram's lookup settings on the held-out prompts (the best is used): " + "; ".join(
         f"min {s['prompt_lookup_min']}, max {s['prompt_lookup_max']}: {s['tokens_per_forward']:.3f} at K={s['k']}"
-        for s in g) + ".")] if g else []
+        for s in g) + "." + (f" n-gram still rises at K={pk['measured_to']}, the largest K measured (its answers "
+                             "repeat themselves): its best K may lie further." if (pk := rep.get("ngram_peak") or {})
+                             .get("still_rising") else ""))] if g else []
     lc = rep.get("loop_check")
     loop = [("p", f"The real loop at the configured K on the first {lc['prompts']} held-out prompts, with wall-clock "
                   f"time; its counters equal the replay's on those prompts: {lc['counters_equal']} (answers equal on "

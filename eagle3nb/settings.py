@@ -98,7 +98,7 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
     "evaluate": {"n_prompts": 64, "ks": [1, 3], "max_new_tokens": 256, "sealed_n_prompts": 32, "loop_n_prompts": 8,
-                 "loop_max_new_tokens": 128,   # the wall-clock loop on a labelled subset; the rest is replayed
+                 "loop_max_new_tokens": 64,   # the wall-clock loop on a labelled subset; the rest is replayed
                  "batch_size": 16},   # from batched greedy runs: enough prompts to decide, in minutes
     "export": {"vllm_check": "auto", "vllm_concurrency": 8},   # vLLM's counters on every sealed prompt
 }
