@@ -13,7 +13,7 @@ from .models import eos_ids
 from .heldout import check_drafter_heldout, prompt_records, screen_drafter_heldout
 from .train import tau_sim
 from .decode import sweep
-from .replay import (by_k_row, measure_replay, ngram_name, peak_ks, per_prompt_records, prompt_texts,
+from .replay import (by_k_row, greedy_runs, measure_replay, ngram_name, peak_ks, per_prompt_records, prompt_texts,
                              replay_prompts)
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
 
@@ -162,9 +162,7 @@ def _t0_power(model, d, engine, tokenizer, recs:list, srecs:list|None, max_new_t
               ngram_ks:list, settings:list, ngram_max_k:int, batch_size:int, resamples:int, seed:int) -> dict:
     ("At T=0, held-out then sealed: greedy runs, every K replayed, n-gram's setting and each method's K chosen on the "
      "held-out prompts, the sealed ones reported at those K; per-prompt lines, intervals and verdicts.")
-    import time
     from eagle3nb.power import choose_k, power_block, top_wins
-    from eagle3nb.replay import greedy_runs
     pairs = lambda rs: [(r["id"], r["prompt_ids"]) for r in rs]
     both, t0 = recs + (srecs or []), time.perf_counter()   # both sets' greedy runs in one batched engine call
     runs = greedy_runs(model, [r["prompt_ids"] for r in both], max_new_tokens, eos, max(eagle_ks + ngram_ks),
