@@ -13,8 +13,8 @@ from .models import eos_ids
 from .heldout import check_drafter_heldout, prompt_records, screen_drafter_heldout
 from .train import tau_sim
 from .decode import sweep
-from .replay import (by_k_row, greedy_runs, measure_replay, ngram_name, peak_ks, per_prompt_records, prompt_texts,
-                             replay_prompts)
+from .replay import (by_k_row, greedy_runs, measure_replay, ngram_name, peak_ks, per_prompt_records,
+                             prompt_texts, replay_prompts)
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
 
 # %% auto #0
