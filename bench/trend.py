@@ -1,16 +1,17 @@
 """Where more training pays: a run's drafter scored at every kept checkpoint on held-out prompts, with intervals.
 
-    .venv/bin/python bench/trend.py --run runs/medium --prompts runs/default/evaluate_prompts.jsonl \
-        --extra small=runs/default --out nbs/results/trend.json
+    .venv/bin/python bench/trend.py --run small=runs/default --run medium=runs/medium \
+        --prompts runs/medium/evaluate_prompts.jsonl --out nbs/results/trend.json
 
-The run must keep its checkpoints (`--set train.keep_checkpoints=0`). Each checkpoint's drafter (and each `--extra`
-run's final drafter) is replayed at every K up to twice its training K on the same prompts and the same greedy answers
-(one batched greedy run, `replay.measure_replay`), n-gram beside it at each of the evaluation's lookup settings and
-K up to 20; each method at its best K on these prompts (the trend is what is read here, not a headline), a paired
-bootstrap over conversations for the intervals (`power.power_block`). Training tokens are steps × `batch_tokens`
-(padded), CPU minutes the training stage's seconds spread evenly over its steps (the machine's load is stated, not
-controlled). Writes OUT (JSON) and OUT with .png: tokens per target forward against training tokens and CPU minutes,
-n-gram's band across."""
+Each run must keep its checkpoints (`--set train.keep_checkpoints=0`; a run without them gives its final drafter
+only). Each checkpoint's drafter is replayed at every K up to twice its training K on the same prompts and the same
+greedy answers (one batched greedy run, `replay.measure_replay`), n-gram beside it at each of the evaluation's
+lookup settings and K up to 20; each method at its best K on these prompts (the trend is what is read here, not a
+headline), a paired bootstrap over conversations for the intervals (`power.power_block`). Training tokens are steps
+× `batch_tokens` (padded), CPU minutes the training stage's seconds spread evenly over its steps (the machine's load
+is stated, not controlled). Writes OUT (JSON) and OUT with .png: tokens per target forward against training tokens
+and CPU minutes, n-gram's
+band across."""
 import argparse, json, time
 from pathlib import Path
 
@@ -32,10 +33,11 @@ def heldout_losses(run:Path) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True, help="a run trained with --set train.keep_checkpoints=0")
-    ap.add_argument("--prompts", default=None, help="held-out prompt records (default: RUN/evaluate_prompts.jsonl)")
+    ap.add_argument("--run", action="append", required=True,
+                    help="LABEL=RUN, repeatable: a run trained with --set train.keep_checkpoints=0")
+    ap.add_argument("--prompts", default=None, help="held-out prompt records (default: the first run's "
+                    "evaluate_prompts.jsonl); every drafter is screened against them")
     ap.add_argument("--n", type=int, default=64, help="the first N prompts")
-    ap.add_argument("--extra", action="append", default=[], help="LABEL=RUN: its final drafter, one more point")
     ap.add_argument("--max_new_tokens", type=int, default=256)
     ap.add_argument("--batch_size", type=int, default=16)
     ap.add_argument("--out", default="runs/trend.json")
@@ -48,10 +50,13 @@ def main():
     from eagle3nb.models import eos_ids, load_target
     from eagle3nb.power import choose_k, power_block
     from eagle3nb.settings import pipeline_config
-    run, t0 = Path(a.run), time.time()
+    runs = [(lab, Path(r)) for lab, r in (e.split("=", 1) if "=" in e else (Path(e).name, e) for e in a.run)]
+    run, t0 = runs[0][1], time.time()
     recs = read_jsonl(a.prompts or run/"evaluate_prompts.jsonl")[:a.n]
-    points = [("checkpoint", run, p) for p in sorted((run/"train"/"checkpoints").glob("step-*.pt"))]
-    points += [(lab, Path(r), None) for lab, r in (e.split("=", 1) for e in a.extra)]
+    points = []
+    for lab, r in runs:   # every kept checkpoint (the last is the final drafter), or the final drafter alone
+        cks = sorted((r/"train"/"checkpoints").glob("step-*.pt"))
+        points += [(lab, r, p) for p in cks] or [(lab, r, None)]
     for _, r, _ in points:   # every drafter: these prompts are none of its training conversations or near copies
         recs = screen_drafter_heldout(recs, r/"train"/"drafter", "trend prompts")[0]
     settings = [tuple(s) for s in pipeline_config().evaluate.ngram_settings]
@@ -67,20 +72,17 @@ def main():
     gname = max((ngram_name(s) for s in settings), key=lambda n: base["best"][n]["tokens_per_forward"])
     out = {"prompts": str(a.prompts or run/"evaluate_prompts.jsonl"), "n_prompts": len(ps),
            "max_new_tokens": a.max_new_tokens, "greedy": base["greedy"], "ngram_setting": gname, "points": []}
-    losses = heldout_losses(run)
-    man = read_json(run/"train"/"manifest.json")
-    steps, secs, bt = man["counts"]["steps"], man["timings"]["seconds"], man["config"]["batch_tokens"]
     for label, r, ck in points:
+        m = read_json(r/"train"/"manifest.json")
+        steps, secs, s_bt = m["counts"]["steps"], m["timings"]["seconds"], m["config"]["batch_tokens"]
         if ck is None:
-            m = read_json(r/"train"/"manifest.json")
-            d, step, s_secs, s_bt = load_drafter(r/"train"/"drafter"), m["counts"]["steps"], m["timings"]["seconds"], \
-                m["config"]["batch_tokens"]
-            minutes, loss = s_secs / 60, (m["final"].get("heldout") or {}).get("loss_k", [None])[0]
+            d, step = load_drafter(r/"train"/"drafter"), steps
+            minutes, loss = secs / 60, (m["final"].get("heldout") or {}).get("loss_k", [None])[0]
         else:
             import torch
-            d, s_bt = ckpt_drafter(run/"train"/"drafter", ck), bt
+            d = ckpt_drafter(r/"train"/"drafter", ck)
             step = torch.load(ck, weights_only=False, map_location="cpu")["step"]
-            minutes, loss = secs * step / steps / 60, losses.get(step)
+            minutes, loss = secs * step / steps / 60, heldout_losses(r).get(step)
         k_ttt = (read_json(r/"train"/"drafter"/"config.json").get("eagle3nb_train") or {}).get("ttt_steps") or ttt
         res = measure_replay(model, d, ps, a.max_new_tokens, eos, range(1, 2 * k_ttt + 1), range(1, 21),
                              outputs=base["runs"], ngram_settings=[tuple(map(int, gname[5:].split("-")))], named=True)
@@ -108,14 +110,14 @@ def plot(out:dict, path:Path):
     g = pts[0]
     for ax, x, name in ((axs[0], "train_tokens", "training tokens (steps × padded batch tokens)"),
                         (axs[1], "cpu_minutes", "training CPU minutes (2 cores)")):
-        ck = [p for p in pts if p["label"] == "checkpoint"]
-        for group, style in ((ck, "o-"), *(([p], "s") for p in pts if p["label"] != "checkpoint")):
+        for group in ([p for p in pts if p["label"] == lab] for lab in dict.fromkeys(p["label"] for p in pts)):
+            style = "o-" if len(group) > 1 else "s"
             xs = [p[x] for p in group]
             ys = [p["tokens_per_forward"]["eagle3"] for p in group]
             err = [[y - p["ci95"]["eagle3"][0] for y, p in zip(ys, group)],
                    [p["ci95"]["eagle3"][1] - y for y, p in zip(ys, group)]]
             ax.errorbar(xs, ys, yerr=err, fmt=style, capsize=3,
-                        label=f"drafter ({group[0]['label']}), at its best K, 95% interval")
+                        label=f"drafter, {group[0]['label']} run's checkpoints, at its best K, 95% interval")
         lo, hi = g["ci95"]["ngram"]
         ax.axhspan(lo, hi, color="C1", alpha=0.2, label=f"n-gram at its best K (K={g['k']['ngram']}), 95% interval")
         ax.axhline(g["tokens_per_forward"]["ngram"], color="C1", lw=1)
