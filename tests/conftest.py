@@ -29,6 +29,41 @@ def kimi(kimi_dir):
     assert isinstance(tok, KimiTokenizer)
     return tok
 
+@pytest.fixture(scope="session")
+def tiny_main_job(tmp_path_factory):
+    ("The main job at the tiny size (`eagle3nb run --size tiny`, a process of its own as a user runs it), once per "
+     "session: tests that only read its outputs, or start from a copy of it (`copy_run`), share it instead of running "
+     "it again. Under xdist the workers share one run through a lock in the session's base folder.")
+    import fcntl
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # pytest-N/ is this session's, shared
+    d = root/"tiny-main-job"/"run"
+    with open(root/"tiny-main-job.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)                 # the other worker waits for the run, then reads it
+        if not (d.parent/"done").exists():
+            r = run([str(BIN/"eagle3nb"), "run", "--size", "tiny", "--run", str(d)])
+            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            (d.parent/"done").touch()
+    return d
+
+STAGE_OUTPUTS = {"train": ["train", "sweep"], "evaluate": ["evaluate"],
+                 "export": ["export", "report.md", "report.html"]}
+
+def copy_run(src, dst, drop=()):
+    ("A copy of run directory `src` at `dst`; the stages in `drop` (train, evaluate, export) are undone: their "
+     "outputs removed and their ledger entries gone, so the next run does them again. Returns `dst`.")
+    import json, shutil
+    shutil.copytree(src, dst, symlinks=True)          # the sweep links its inputs relatively: keep them links
+    led = json.loads((dst/"pipeline.json").read_text())
+    for s in drop:
+        led.pop(s)
+        for f in STAGE_OUTPUTS[s]:
+            f = dst/f
+            if f.is_dir(): shutil.rmtree(f)
+            elif f.exists(): f.unlink()
+    (dst/"pipeline.json").write_text(json.dumps(led))
+    return dst
+
 def run(cmd, env=None, **kw):
     "Run a command, return CompletedProcess (text)."
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, **kw)

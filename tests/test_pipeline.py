@@ -2,19 +2,21 @@
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import BIN, ROOT, run
+from conftest import BIN, ROOT, copy_run, run
 
 def _ledger(run_dir): 
     p = Path(run_dir)/"pipeline.json"
     try: return json.loads(p.read_text()) if p.exists() else {}
     except json.JSONDecodeError: return {}
 
-def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
-    d = tmp_path/"run"
+@pytest.mark.slow
+def test_main_job_killed_mid_training_resumes_and_reports(tiny_main_job, tmp_path):
+    "The CLI route: the shared tiny run up to capture, `eagle3nb run` killed -9 in training, then run again."
+    d = copy_run(tiny_main_job, tmp_path/"run", drop=("train", "evaluate", "export"))
     cmd = [str(BIN/"eagle3nb"), "run", "--size", "tiny", "--run", str(d)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     t0 = time.time()
-    while "capture" not in _ledger(d) and p.poll() is None and time.time() - t0 < 600: time.sleep(0.2)
+    while not (d/"train/metrics.jsonl").exists() and p.poll() is None and time.time() - t0 < 600: time.sleep(0.05)
     assert p.poll() is None, p.stdout.read()
     os.killpg(p.pid, signal.SIGKILL)                    # killed in training: no report yet
     p.wait()
@@ -23,6 +25,7 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     r = run(cmd)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     for s in early: assert f"{s}: done earlier under the same settings — skipped" in r.stdout
+    assert "train: " in r.stdout
     led = _ledger(d)
     assert list(led) == ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]
     # every record accounted for, stage by stage
@@ -69,6 +72,7 @@ def test_main_job_killed_mid_training_resumes_and_reports(tmp_path):
     r = run(cmd)
     assert r.returncode == 0 and r.stdout.count("done earlier under the same settings") == 8
 
+@pytest.mark.slow
 def test_example_script_runs_the_pipeline(tmp_path):
     r = run([sys.executable, str(ROOT/"examples/pipeline.py"), str(tmp_path/"ex")], cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -115,12 +119,13 @@ def test_a_killed_parent_leaves_no_server(tmp_path):
         time.sleep(0.2)
     else: raise AssertionError(f"eagle3nb serve (pid {child}) outlived its killed parent")
 
-def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversations(tmp_path, capsys):
+def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversations(tiny_main_job, tmp_path, capsys):
     "The ledger's four-step reproduction, the held-out window, the sampling lock and the guard, on one tiny run."
     from eagle3nb.core import InputError
     from eagle3nb.pipeline import run_default
-    d = str(tmp_path/"run")
+    d = str(copy_run(tiny_main_job, tmp_path/"run"))
     led = run_default("tiny", run=d)
+    assert all(led[s] == v for s, v in _ledger(tiny_main_job).items())   # a copied run is done: nothing ran again
     capture_before = json.loads((tmp_path/"run/capture/manifest.json").read_text())["counts"]
     # 1. more held-out prompts: only evaluation (and export) run again; the training data does not move
     held1 = [json.loads(x)["id"] for x in (tmp_path/"run/evaluate_prompts.jsonl").read_text().splitlines()]
@@ -162,15 +167,12 @@ def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversatio
     r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts_file", str(tmp_path/"conv.jsonl"), "--ks", "1"])
     assert r.returncode == 2 and f"(conversation {gen[0]['conversation']!r})" in r.stderr, r.stderr[-2000:]
 
-def test_train_command_trains_as_the_main_job(tmp_path):
+def test_train_command_trains_as_the_main_job(tiny_main_job, tmp_path):
     "One set of defaults: `eagle3nb train --run R` on a main-job run trains exactly as `eagle3nb run --stages train`."
-    import shutil, torch
+    import torch
     from safetensors.torch import load_file
-    from eagle3nb.pipeline import run_default
-    a, b = tmp_path/"a", tmp_path/"b"
-    run_default("tiny", run=str(a), stages=["prepare", "generate", "validate", "context", "capture"])
-    shutil.copytree(a, b)
-    run_default("tiny", run=str(a), stages=["train"])
+    a = tiny_main_job                                   # trained by the pipeline's train stage
+    b = copy_run(a, tmp_path/"b", drop=("train", "evaluate", "export"))
     r = run([str(BIN/"eagle3nb"), "train", "--run", str(b)])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"settings: [train] of {b/'pipeline_config.json'}" in r.stdout
@@ -199,6 +201,7 @@ def _kimi_stand_in(d, kimi_dir):
     for f in kimi_dir.iterdir(): shutil.copy(f, d/f.name)
     return d
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen3-8b-sglang.toml", "kimi-k2.5-sglang.toml"])
 def test_shipped_configs_run_end_to_end_at_tiny_scale(name, tmp_path, kimi_dir):
     "Every key, stage and plan line of a shipped config runs on CPU: a tiny stand-in target, the local engine."

@@ -5,7 +5,9 @@ import pytest
 from eagle3nb.core import JsonlWriter, read_jsonl
 from eagle3nb.models import load_tokenizer
 from eagle3nb.prompts import render_prompt, prepare
-from eagle3nb.validate import derive_profile, segment_output, validate, next_turn_prompt, check_record
+from eagle3nb.templates import derive_profile
+from eagle3nb.segment import segment_output, next_turn_prompt, check_record
+from eagle3nb.validate import validate
 
 @pytest.fixture(scope="module")
 def qwen(shared_tokenizers): return shared_tokenizers/"qwen3"

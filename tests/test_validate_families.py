@@ -3,7 +3,8 @@
 import pytest
 from family_tokenizers import build_tokenizer
 from eagle3nb.prompts import render_prompt
-from eagle3nb.validate import derive_profile, segment_output, detect_family, loss_mask_from_segments
+from eagle3nb.templates import derive_profile, detect_family
+from eagle3nb.segment import segment_output, loss_mask_from_segments
 
 STOP = {"type": "stop"}
 

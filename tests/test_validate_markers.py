@@ -12,7 +12,9 @@ from family_tokenizers import build_tokenizer, save
 from eagle3nb.core import JsonlWriter, read_jsonl
 from eagle3nb.models import load_tokenizer
 from eagle3nb.prompts import render_prompt, prepare
-from eagle3nb.validate import derive_profile, check_record, segment_output, validate, forbidden_table
+from eagle3nb.templates import derive_profile, forbidden_table
+from eagle3nb.segment import check_record, segment_output
+from eagle3nb.validate import validate
 
 STOP = {"type": "stop"}
 CLEAN = "Is 2+2 four?"
