@@ -13,7 +13,7 @@ test:
 # The slow tier (CI runs it after `make test`): the tiny main job killed and resumed, the example script, the shipped
 # configs end to end.
 test-slow: setup
-	.venv/bin/python -m pytest tests/ -q -rs -n 2 --durations=10 -m "slow and not vllm and not speculators"
+	.venv/bin/python -m pytest tests/ -q -rs --durations=10 -m "slow and not vllm and not speculators"
 
 # The notebooks' SmolLM2 cells (`#| slow`), the main job's page included (about 20 minutes): by hand, not in CI.
 test-notebooks-slow: setup
