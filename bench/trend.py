@@ -12,7 +12,7 @@ headline), a paired bootstrap over conversations for the intervals (`power.power
 is stated, not controlled). Writes OUT (JSON) and OUT with .png: tokens per target forward against training tokens
 and CPU minutes, n-gram's
 band across."""
-import argparse, json, time
+import argparse, functools, json, time
 from pathlib import Path
 
 
@@ -25,6 +25,7 @@ def ckpt_drafter(final_dir:Path, ckpt:Path):
     return d.eval()
 
 
+@functools.cache   # one read of a run's metrics, however many of its checkpoints are scored
 def heldout_losses(run:Path) -> dict:
     "`{step: held-out loss at step 0 of the chain}` from the run's metrics."
     rows = [json.loads(x) for x in open(run/"train"/"metrics.jsonl")]
