@@ -35,6 +35,7 @@ def main():
     from eagle3nb.capture_vllm import capture_vllm
     from eagle3nb.core import read_manifest
     from eagle3nb.models import load_target
+    from eagle3nb.capture import CaptureConfig
     from eagle3nb.train import train
     name = "smollm2"
     recs = records(a.records, int(load_target(name).config()["vocab_size"]))
@@ -56,7 +57,7 @@ def main():
             order.append("offline")
             st = fresh_run(recs)
             t0 = time.perf_counter()
-            src_kw = dict(source="stream", urls=[url], spool_gb=a.spool_gb)
+            src_kw = dict(source="stream", capture=CaptureConfig(urls=[url]), spool_gb=a.spool_gb)   # its servers
             train(st, target=name, progress=False, **src_kw, **kw)
             st_s.append(time.perf_counter() - t0)
             order.append("stream")

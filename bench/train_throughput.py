@@ -34,7 +34,8 @@ def one(args):
     import torch
     from eagle3nb.models import load_target
     from eagle3nb.drafter import new_drafter, target_lm_head
-    from eagle3nb.train import Batch, TrainConfig, Teacher, train_step, plan_steps
+    from eagle3nb.sources import Batch
+    from eagle3nb.train import TrainConfig, Teacher, train_step, plan_steps
     tgt = load_target("smollm2")
     cfg = tgt.config()
     H, V = cfg["hidden_size"], cfg["vocab_size"]

@@ -110,7 +110,7 @@ RENAMED_FLAGS = {
     "generate": {"--url": "--urls", "--n": "--n_samples", "--limit": "--n_prompts", "--prompts": "--prompts_file"},
     "validate": {"--prompts": "--prompts_file"},
     "capture": {"--layers": "--aux_layers", "--url": "--urls"},
-    "train": {"--layers": "--aux_layers"},
+    "train": {"--layers": "--aux_layers", "--spool_dtype": "--dtype"},
     "evaluate": {"--prompts": "--prompts_file", "--limit": "--n_prompts", "--no_ngram": "--ngram false"},
     "export": {"--format": "--formats", "--speculative_tokens": "--k"},
     "prepare": {"--no_tools": "--tools false", "--keep_leading_assistant": "--drop_leading_assistant false"},
@@ -269,14 +269,20 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
               aux_layers:Param("aux layers as HF indices, e.g. 2,15,27 (default: the capture's, or the run's "
                                "[capture] aux_layers)", str)=None,
               fresh:Param("start over even if checkpoints exist", store_true)=False,
+              urls:Param("with --source stream: the vLLM servers (default: the run's [capture] urls)", _items,
+                         action=_Items, nargs="+")=None,
+              dtype:Param("with --source stream: the states' storage dtype (default: the run's [capture] dtype)",
+                          str)=None,
               **given):
     "Train an EAGLE-3 drafter with training-time test (resumable; run under torchrun for DDP)."
-    from eagle3nb.settings import run_settings
+    from eagle3nb.capture import CaptureConfig
+    from eagle3nb.settings import stage_config
     from eagle3nb.train import TrainConfig, train, train_vocab_sweep
     c = _settings(TrainConfig, run, "train", given)
-    aux = _items(aux_layers) if aux_layers else run_settings(run, "capture")[0].get("aux_layers")
-    m = train(run, c, target=target, aux_layers=aux, fresh=fresh)
-    sweep = train_vocab_sweep(run, c, target=target, aux_layers=aux, fresh=fresh)
+    k = stage_config(CaptureConfig, run, "capture", {n: v for n, v in (("urls", urls), ("dtype", dtype)) if v})
+    kw = dict(target=target, aux_layers=_items(aux_layers) if aux_layers else k.aux_layers, fresh=fresh, capture=k)
+    m = train(run, c, **kw)
+    sweep = train_vocab_sweep(run, c, **kw)
     if m is None: return
     print(train_summary(m))
     for s in sweep: print(f"  vocab sweep: {train_summary(s)}")

@@ -11,7 +11,7 @@ from .core import InputError, read_json, stage_dir, write_json, write_jsonl_atom
 from .drafter import load_drafter
 from .models import eos_ids
 from .heldout import check_drafter_heldout, prompt_records, screen_drafter_heldout
-from .train import tau_sim
+from .metrics import tau_sim
 from .decode import sweep
 from .replay import (by_k_row, greedy_runs, measure_replay, ngram_name, peak_ks, per_prompt_records,
                              prompt_texts, replay_prompts)

@@ -190,8 +190,9 @@ def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.train import train, train_vocab_sweep
     t = asdict(c.train)
-    s = train_summary(train(run, aux_layers=c.capture.aux_layers, fresh=fresh, **t))
-    sweep = train_vocab_sweep(run, c.train, aux_layers=c.capture.aux_layers, fresh=fresh)
+    kw = dict(aux_layers=c.capture.aux_layers, capture=c.capture, fresh=fresh)   # a stream reads the capture's servers
+    s = train_summary(train(run, **kw, **t))
+    sweep = train_vocab_sweep(run, c.train, **kw)
     return s + "".join(f"; vocab sweep N={m['draft_vocab']['size']}: {m['counts']['steps']} steps" for m in sweep)
 
 def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:

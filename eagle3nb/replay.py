@@ -8,7 +8,7 @@ import time
 import torch
 from .core import InputError
 from .drafter import Drafter
-from .train import walk
+from .metrics import walk
 from .decode import BatchTargetCache, SpecStats, TargetCache
 
 # %% auto #0

@@ -43,14 +43,16 @@ SECTION = {"prepare": "data", **{s: s for s in STAGES[1:]}}   # each stage's sec
 RENAMED = {"generate.prompts": "generate.n_prompts", "generate.samples": "generate.n_samples",
            "capture.layers": "capture.aux_layers", "capture.context_prompts": "context.n_prompts",
            "capture.context_replies": "context.replies", "evaluate.prompts": "evaluate.n_prompts",
-           "export.speculative_tokens": "export.k"}
+           "export.speculative_tokens": "export.k",
+           "train.urls": "capture.urls", "train.spool_dtype": "capture.dtype"}   # one home: the capture's servers
 
 def _renamed(where:str, section:str|None, k:str):
     "Raise, naming the new key, if `[section] k` was renamed."
     new = RENAMED.get(f"{section}.{k}" if section else k)
     if new:
         s, key = new.split(".")
-        raise InputError(f"{where}: `{k}` was renamed: use `{key}` in [{s}] (see the vocabulary page)")
+        how = f"moved to [{s}]" if key == k else "was renamed"
+        raise InputError(f"{where}: `{k}` {how}: use `{key}` in [{s}] (see the vocabulary page)")
 
 # %% ../nbs/12_settings.ipynb #e358f8b7
 _SECTIONS = {PrepareConfig: "data", GenerateConfig: "generate", ValidateConfig: "validate",
@@ -150,17 +152,20 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
         raise InputError(f"[generate] urls are only for engine sglang or vllm (engine is {c.generate.engine!r})")
     if c.capture.engine not in ("local", "vllm"):
         raise InputError(f"[capture] engine = {c.capture.engine!r}: use local or vllm")
-    if (c.capture.engine == "vllm") != bool(c.capture.urls):
+    if c.capture.engine == "vllm" and not c.capture.urls:
         raise InputError("[capture] engine = \"vllm\" needs `urls` (servers from "
-                         "`eagle3nb capture --print_server_command`), and only it takes them")
+                         "`eagle3nb capture --print_server_command`)")
+    if c.capture.urls and c.capture.engine != "vllm" and c.train.source != "stream":
+        raise InputError("[capture] urls are for engine = \"vllm\" or [train] source = \"stream\" (the servers a "
+                         "capture or a stream reads)")
     bad = [f for f in c.export.formats if f not in ("speculators", "sglang")]
     if bad: raise InputError(f"[export] formats: {bad} unknown; use speculators and/or sglang")
     if c.export.vllm_check not in ("auto", "never"):
         raise InputError(f"[export] vllm_check = {c.export.vllm_check!r}: use auto or never")
     if c.train.source not in ("offline", "online", "stream"):
         raise InputError(f"[train] source = {c.train.source!r}: use offline, online or stream")
-    if c.train.source == "stream" and not c.train.urls:
-        raise InputError("[train] source = \"stream\" needs [train] urls: vLLM servers started with the command "
+    if c.train.source == "stream" and not c.capture.urls:
+        raise InputError("[train] source = \"stream\" needs [capture] urls: vLLM servers started with the command "
                          "`eagle3nb capture --print_server_command` prints")
     if not c.evaluate.ks or any(not isinstance(k, int) or k < 1 for k in c.evaluate.ks):
         raise InputError(f"[evaluate] ks = {c.evaluate.ks}: a list of chain lengths ≥ 1, e.g. [1, 2, 3]")

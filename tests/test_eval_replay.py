@@ -70,7 +70,8 @@ def test_walk_predicts_the_loops_tau(fitted, tmp_path):
     from eagle3nb.capture import capture
     from eagle3nb.core import JsonlWriter
     from eagle3nb.drafter import target_lm_head
-    from eagle3nb.train import OfflineSource, Teacher, TrainConfig, evaluate_batches
+    from eagle3nb.sources import OfflineSource
+    from eagle3nb.train import Teacher, TrainConfig, evaluate_batches
     d, eng, prompts = fitted
     model, M = eng.model, 40
     outs = [spec_decode(model, p, M, [], method=None)[0] for p in prompts]    # greedy, EOS ignored

@@ -215,7 +215,7 @@ def test_shipped_configs_run_end_to_end_at_tiny_scale(name, tmp_path, kimi_dir):
                         data={"inputs": ["sharegpt"], "limit": 300},          # the config's /data files are not here
                         generate={"engine": "local", "urls": [], "n_prompts": 3, "max_new_tokens": 16},
                         capture={"engine": "local", "urls": []},              # the servers stand in for nothing here
-                        train={"max_steps": 2, "heldout": 0.3, "source": "offline", "urls": []},
+                        train={"max_steps": 2, "heldout": 0.3, "source": "offline"},
                         evaluate={"n_prompts": 1, "max_new_tokens": 6})
     led = run_pipeline(c)
     assert list(led) == ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]

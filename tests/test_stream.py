@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 import pytest, torch
 from conftest import BIN, run
+from eagle3nb.capture import CaptureConfig
 from eagle3nb.capture_vllm import capture_vllm, server_layer_ids
 from eagle3nb.core import InputError, JsonlWriter, read_jsonl, read_manifest
 from eagle3nb.models import load_target
@@ -156,7 +157,8 @@ def test_stream_equals_offline(offline, recs, server, tmp_path):
     from eagle3nb.train import train
     st = copy(recs, tmp_path/"st")
     watch, t0 = SpoolWatch(st/"spool"), time.time()
-    train(st, target="tiny-llama", progress=False, source="stream", urls=[server.url], spool_gb=CAP_GB, **KW)
+    train(st, target="tiny-llama", progress=False, source="stream", capture=CaptureConfig(urls=[server.url]),
+          spool_gb=CAP_GB, **KW)
     seen = watch.close()
     same_curve(offline, st)
     rep = stream_report(st)
@@ -206,10 +208,12 @@ def test_kill_9_of_the_trainer_then_rerun(offline, recs, server, tmp_path):
           f"{rep['spool_cap_bytes']} bytes")
 
 def test_keep_spool_is_an_offline_capture(offline, recs, server, tmp_path):
-    from eagle3nb.train import train, OfflineSource
+    from eagle3nb.sources import OfflineSource
+    from eagle3nb.train import train
     st = copy(recs, tmp_path/"st")
     hits = len(server.hits)
-    train(st, target="tiny-llama", progress=False, source="stream", urls=[server.url], keep_spool=True, **KW)
+    train(st, target="tiny-llama", progress=False, source="stream", capture=CaptureConfig(urls=[server.url]),
+          keep_spool=True, **KW)
     n = read_manifest(offline/"train")["counts"]["records"]
     assert len(server.hits) - hits - 1 == n                     # each record once (a probe, then no second epoch)
     same_curve(offline, st)
@@ -226,7 +230,8 @@ def test_a_server_with_other_layers_is_refused(recs, tmp_path):
     bad = FakeServer(tmp_path/"bad", layer_ids=[1, 4, 5, 8])
     try:
         with pytest.raises(InputError, match=r"writes layers \[1, 4, 5, 8\]; this capture needs \[2, 4, 5, 8\]"):
-            train(copy(recs, tmp_path/"st"), target="tiny-llama", progress=False, source="stream", urls=[bad.url], **KW)
+            train(copy(recs, tmp_path/"st"), target="tiny-llama", progress=False, source="stream",
+                  capture=CaptureConfig(urls=[bad.url]), **KW)
     finally: bad.close()
 
 def test_several_servers_share_the_requests(offline, recs, server, tmp_path):
@@ -234,7 +239,8 @@ def test_several_servers_share_the_requests(offline, recs, server, tmp_path):
     other = FakeServer(tmp_path/"other")
     try:
         st, a, b = copy(recs, tmp_path/"st"), len(server.hits), len(other.hits)
-        train(st, target="tiny-llama", progress=False, source="stream", urls=[server.url, other.url], spool_gb=CAP_GB,
+        train(st, target="tiny-llama", progress=False, source="stream",
+              capture=CaptureConfig(urls=[server.url, other.url]), spool_gb=CAP_GB,
               stream_concurrency=2, **KW)
         same_curve(offline, st)
         got = (len(server.hits) - a - 1, len(other.hits) - b - 1)   # less each one's probe
@@ -265,7 +271,8 @@ def test_a_dead_servers_records_go_to_a_live_one(offline, recs, server, tmp_path
     dying = FakeServer(tmp_path/"dying", die_after=6)            # the probe and 5 records, then it dies mid-request
     try:
         st = copy(recs, tmp_path/"st")
-        train(st, target="tiny-llama", progress=False, source="stream", urls=[dying.url, server.url],
+        train(st, target="tiny-llama", progress=False, source="stream",
+              capture=CaptureConfig(urls=[dying.url, server.url]),
               spool_gb=CAP_GB, stream_concurrency=2, **KW)
     finally: dying.close()
     assert dying.dead and len(dying.hits) == 6
@@ -297,7 +304,8 @@ def test_kill_9_of_the_server_then_rerun(offline, recs, server, tmp_path):
     assert p.returncode != 0 and "every record of its batch failed" in err, err[-3000:]
     killed, last = stream_report(st), int(sorted(ck.glob("step-*.pt"))[-1].name[5:-3])
     from eagle3nb.train import train
-    train(st, target="tiny-llama", progress=False, source="stream", urls=[server.url], spool_gb=CAP_GB, **KW)
+    train(st, target="tiny-llama", progress=False, source="stream", capture=CaptureConfig(urls=[server.url]),
+          spool_gb=CAP_GB, **KW)
     seen = watch.close()
     starts = [r["start"] for r in read_jsonl(st/"train/stream/ledger-r0.jsonl") if "start" in r]
     assert starts == [0, last] and last >= 4                      # resumed from the killed run's last checkpoint
@@ -312,3 +320,17 @@ def test_kill_9_of_the_server_then_rerun(offline, recs, server, tmp_path):
     print(f"server killed after checkpoint 4; the trainer stopped at checkpoint {last}, {killed['pending']} records "
           f"served after it; the rerun requeued {rep['requeued']}, failed {rep['failed']} (the dead server's); "
           f"spool on disk peaked at {seen} of {rep['spool_cap_bytes']} bytes")
+
+def test_the_old_train_keys_name_their_new_home(tmp_path):
+    "A stream reads the capture's servers and dtype: `[train] urls` and `spool_dtype` are refused, naming `[capture]`."
+    from eagle3nb.settings import pipeline_config
+    toml = tmp_path/"old.toml"
+    toml.write_text('[train]\nsource = "stream"\nurls = ["http://node0:8000"]\n')
+    with pytest.raises(InputError, match=r"`urls` moved to \[capture\]: use `urls` in \[capture\]"):
+        pipeline_config(toml)
+    with pytest.raises(InputError, match=r"`spool_dtype` was renamed: use `dtype` in \[capture\]"):
+        pipeline_config(train={"spool_dtype": "float16"})
+    r = run([str(BIN/"eagle3nb"), "train", "--run", str(tmp_path), "--spool_dtype", "float16"])
+    assert r.returncode == 2 and "--spool_dtype was renamed: use --dtype" in r.stderr, r.stderr
+    c = pipeline_config(train={"source": "stream"}, capture={"urls": ["http://node0:8000"], "dtype": "float16"})
+    assert (c.capture.urls, c.capture.dtype) == (["http://node0:8000"], "float16")

@@ -77,7 +77,8 @@ def test_torchrun_two_gloo_processes_follow_one(captured, tmp_path):
         for u, v in zip(x["loss_k"], y["loss_k"]): assert abs(u - v) <= 1e-4 * max(1, abs(u)), (x["step"], u, v)
 
 def test_online_equals_offline_on_the_same_batch(captured):
-    from eagle3nb.train import OfflineSource, OnlineSource, Teacher, draft_vocab, plan_steps, ttt_loss
+    from eagle3nb.sources import OfflineSource, OnlineSource, draft_vocab
+    from eagle3nb.train import Teacher, plan_steps, ttt_loss
     from eagle3nb.drafter import new_drafter, target_lm_head
     off = OfflineSource(captured/"capture")
     on = OnlineSource(captured/"validate/records.jsonl", "tiny-llama", off.aux_layers)
@@ -117,7 +118,8 @@ def test_drafter_learns_a_tiny_target_and_generalises_to_held_out_records(tmp_pa
 
 def test_heldout_records_without_labels_are_trained_on(tmp_path):
     "A prompt alone (a context record) has nothing to measure on: it is never held out, offline or online."
-    from eagle3nb.train import heldout_split, train
+    from eagle3nb.sources import heldout_split
+    from eagle3nb.train import train
     _greedy_records(tmp_path, n=24, new=8)
     recs = read_jsonl(tmp_path/"validate/records.jsonl")
     for r in recs[::2]: r["loss_mask"] = [0] * len(r["loss_mask"])      # every other record: the prompt only
@@ -167,7 +169,9 @@ def test_train_and_heldout_metrics_count_the_answers(captured, tmp_path):
 def test_acc_k_counts_out_of_vocabulary_targets_as_misses(captured):
     ("acc_k = draft argmax = target argmax over every answer slot of step k, a target token the drafter cannot "
      "propose a miss.")
-    from eagle3nb.train import OfflineSource, Teacher, chain_slots, plan_steps, summarize_stats, ttt_loss
+    from eagle3nb.metrics import summarize_stats
+    from eagle3nb.sources import OfflineSource
+    from eagle3nb.train import Teacher, chain_slots, plan_steps, ttt_loss
     from eagle3nb.drafter import new_drafter, target_lm_head
     src = OfflineSource(captured/"capture")
     b = src.batch(["g1", "g2", "g5"])
@@ -188,7 +192,8 @@ def test_acc_k_counts_out_of_vocabulary_targets_as_misses(captured):
 def test_tau_walk_walks_greedy_answers_only(tmp_path):
     "τ_walk walks the held-out records of T=0 data, never context records; at T > 0 none."
     from eagle3nb.core import write_jsonl_atomic, write_manifest
-    from eagle3nb.train import heldout_split, train
+    from eagle3nb.sources import heldout_split
+    from eagle3nb.train import train
     _greedy_records(tmp_path, n=16, new=8)
     recs = read_jsonl(tmp_path/"validate/records.jsonl")
     for r in recs[:6]: r["id"] = "context-" + r["id"]   # a dataset's reply: labels, but not the target's output
@@ -207,7 +212,8 @@ def test_tau_walk_walks_greedy_answers_only(tmp_path):
 def test_chunked_loss_gives_the_unchunked_loss_gradients_and_metrics(captured):
     ("float32: `ttt_loss` in chunks of 7 rows (recomputed in backward) = all rows at once, loss and gradients "
      "within 1e-5.")
-    from eagle3nb.train import OfflineSource, Teacher, draft_vocab, plan_steps, ttt_loss
+    from eagle3nb.sources import OfflineSource, draft_vocab
+    from eagle3nb.train import Teacher, plan_steps, ttt_loss
     from eagle3nb.drafter import new_drafter, target_lm_head
     src = OfflineSource(captured/"capture")
     b = src.batch(["g1", "g2", "g5", "g9"])
@@ -232,7 +238,8 @@ def test_chunked_loss_gives_the_unchunked_loss_gradients_and_metrics(captured):
 def test_teacher_argmax_memo_is_cpu_int32_and_unchanged(captured):
     ("The argmax memo holds 4 bytes a token on the CPU; what `argmax` returns is the full-vocabulary argmax, as "
      "long ids.")
-    from eagle3nb.train import OfflineSource, Teacher
+    from eagle3nb.sources import OfflineSource
+    from eagle3nb.train import Teacher
     from eagle3nb.drafter import target_lm_head
     src = OfflineSource(captured/"capture")
     b = src.batch(["g1", "g2", "g5"])

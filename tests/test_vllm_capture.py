@@ -105,7 +105,7 @@ def test_vllm_shards_equal_local_capture(setup):
           f"{c['captured']} records x 4 states")
     assert w <= 1e-4
     assert list(s["storage"].iterdir()) == []                    # every file read and removed
-    from eagle3nb.train import OfflineSource                     # training reads it unchanged
+    from eagle3nb.sources import OfflineSource                   # training reads it unchanged
     src = OfflineSource(run/"capture")
     b = src.batch([i for i, _ in src.items()][:2])
     assert src.aux_layers == [2, 15, 27] and b is not None

@@ -9,6 +9,7 @@ import pytest
 from conftest import vllm_process
 from test_stream import SpoolWatch, kill_at_checkpoint
 from test_vllm_capture import env, make_records, write_records
+from eagle3nb.capture import CaptureConfig
 from eagle3nb.capture_vllm import capture_vllm, connector_dir, vllm_server_args
 from eagle3nb.core import InputError, read_jsonl, read_manifest
 from eagle3nb.models import load_target
@@ -62,7 +63,8 @@ def test_stream_trains_as_offline_on_the_same_records(setup):
     s = setup
     st = write_records(s["base"]/"stream", s["recs"])
     watch, t0 = SpoolWatch(st/"spool"), time.time()
-    train(st, target="smollm2", progress=False, source="stream", urls=[s["url"]], spool_gb=CAP_GB, **KW)
+    train(st, target="smollm2", progress=False, source="stream", capture=CaptureConfig(urls=[s["url"]]),
+          spool_gb=CAP_GB, **KW)
     seen, secs = watch.close(), time.time() - t0
     worst = close_curves(s["offline"], st)
     rep = stream_report(st)
@@ -79,13 +81,14 @@ def test_kill_9_of_the_trainer_then_rerun(setup):
     s = setup
     st = write_records(s["base"]/"stream-kill", s["recs"])
     code = ("import sys; sys.path.insert(0, 'tests'); import test_vllm_stream as t; from eagle3nb.train import train; "
-            f"train({str(st)!r}, target='smollm2', progress=False, source='stream', urls=[{s['url']!r}], "
-            f"spool_gb={CAP_GB}, **t.KW)")
+            f"train({str(st)!r}, target='smollm2', progress=False, source='stream', "
+            f"capture=t.CaptureConfig(urls=[{s['url']!r}]), spool_gb={CAP_GB}, **t.KW)")
     watch = SpoolWatch(st/"spool")
     kill_at_checkpoint(subprocess.Popen([sys.executable, "-c", code], start_new_session=True), st, 600)
     killed = stream_report(st)
     from eagle3nb.train import train
-    train(st, target="smollm2", progress=False, source="stream", urls=[s["url"]], spool_gb=CAP_GB, **KW)
+    train(st, target="smollm2", progress=False, source="stream", capture=CaptureConfig(urls=[s["url"]]),
+          spool_gb=CAP_GB, **KW)
     seen = watch.close()
     assert close_curves(s["offline"], st) <= TOL
     rep = stream_report(st)
@@ -100,7 +103,8 @@ def test_a_server_with_other_layers_is_refused(setup):
     s = setup
     st = write_records(s["base"]/"stream-layers", s["recs"])
     with pytest.raises(InputError, match=r"writes layers \[2, 15, 27, 30\]; this capture needs \[3, 15, 27, 30\]"):
-        train(st, target="smollm2", aux_layers=[3, 15, 27], progress=False, source="stream", urls=[s["url"]], **KW)
+        train(st, target="smollm2", aux_layers=[3, 15, 27], progress=False, source="stream",
+              capture=CaptureConfig(urls=[s["url"]]), **KW)
     assert not (st/"spool").exists()
 
 def test_the_pipeline_with_source_stream(server, tmp_path):
@@ -109,7 +113,8 @@ def test_the_pipeline_with_source_stream(server, tmp_path):
     from eagle3nb.settings import pipeline_config
     run = tmp_path/"run"
     c = pipeline_config(size="tiny", run=str(run), generate={"engine": "local"},
-                        train={"source": "stream", "urls": [server], "spool_gb": CAP_GB, "max_steps": 4,
+                        capture={"urls": [server]},   # the servers a stream reads: the capture's
+                        train={"source": "stream", "spool_gb": CAP_GB, "max_steps": 4,
                                "eval_every": 2, "ckpt_every": 2, "batch_tokens": 400})
     led = run_pipeline(c)
     assert list(led) == ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]
