@@ -147,7 +147,7 @@ class EvaluateConfig:
     ngram_max_k: int = 10  # n-gram replayed at K = 1.. at least this, on to two past its peak (up to 3x this)
     ngram_settings: list = field(default_factory=lambda: [[2, 4], [1, 3], [2, 5], [3, 5], [5, 5]])  # lookup min, max
     loop_n_prompts: int | None = 8  # at T=0 the wall-clock loop runs on the first N held-out prompts (None: all)
-    loop_max_new_tokens: int | None = None  # at T=0 the loop's tokens per prompt (None: max_new_tokens)
+    loop_max_new_tokens: int | None = None  # at T=0 the loop's tokens per prompt, at most max_new_tokens (None: it)
     resamples: int = 2000  # bootstrap resamples (whole conversations) for the 95% intervals
     seed: int = 0  # the bootstrap's seed
     device: str = "auto"  # auto (a GPU where one exists, else the CPU), cpu, cuda or cuda:N: target and drafter
@@ -255,7 +255,7 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
              ngram_max_k:int=10, # n-gram's K: 1.. at least this, on to two past its peak (measured to 3x this)
              ngram_settings=((2, 4),), # n-gram's (prompt_lookup_min, max) tried; the best on the held-out set is used
              loop_n_prompts:int|None=None, # at T=0 the wall-clock loop on the first N held-out prompts (None: all)
-             loop_max_new_tokens:int|None=None, # at T=0 the loop's tokens per prompt (None: max_new_tokens)
+             loop_max_new_tokens:int|None=None, # at T=0 the loop's tokens per prompt, at most max_new_tokens (None: it)
              resamples:int=2000, seed:int=0, # the bootstrap over conversations
             ) -> dict:
     "Measure the drafter by draft-and-verify decoding beside n-gram lookup, each at its best K; write report and plots."
@@ -289,9 +289,9 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
         power = _t0_power(model, d, engine, tgt.tokenizer, recs, srecs, max_new_tokens, eos, eagle_ks, ngram_ks,
                           [list(s) for s in ngram_settings], ngram_max_k, batch_size, resamples, seed)
         n_loop, lookup = loop_n_prompts or len(recs), power["ngram_chosen"] or (2, 4)
-        res, loop = loop_beside_replay(model, d, recs[:n_loop], power["runs"][:n_loop],
-                                       loop_max_new_tokens or max_new_tokens, eos, ks, ngram, lookup, batch_size,
-                                       progress)
+        n_tok = min(loop_max_new_tokens or max_new_tokens, max_new_tokens)   # never past the greedy runs' length
+        res, loop = loop_beside_replay(model, d, recs[:n_loop], power["runs"][:n_loop], n_tok, eos, ks, ngram,
+                                       lookup, batch_size, progress)
         by_k, best, outputs = power["by_k"], power["best"], power["outputs"]
     else:
         lookup = (2, 4)
