@@ -8,9 +8,9 @@ K is the figure; nothing here is timed (the machine may be busy).
 
 A variant is `name` from VARIANTS (training overrides). `--context N` trains on the generated records and the first N
 context records of the base capture (a subset index over the same shards). Results append to OUT/results.jsonl.
-The tuning prompts are the last 32 held-out-side prompts of the base run's prepared prompts, outside the base run's
-evaluation and sealed files (the main job evaluates the first 64 / 128 of that side that fit its length limit:
-tune on a `medium` base, whose 128 cover `small`'s 64; `large` evaluates all of them, so never tune on one)."""
+The tuning prompts are the base run's `tuning_prompts.jsonl` (`[evaluate] tuning_n_prompts`, 64 in the main job):
+far-end held-out-side conversations just before the sealed ones, apart from the evaluation set, the sealed set and
+anything trained on (tested), and never measured by the main job."""
 import argparse, json, os, shutil, sys, time
 from dataclasses import asdict
 from pathlib import Path
@@ -33,7 +33,6 @@ VARIANTS = {
     "fc_norm31": {"fc_norm": True, "norm_output": True},
     "labels_only": {"loss_positions": "labels"},
 }
-TUNE = 32   # the last prompts of the held-out side, farthest from the evaluation sets drawn from its front
 
 
 def subset_capture(base:Path, run:Path, n_context:int|None, generated:bool=True):
@@ -74,14 +73,13 @@ def items_len(run:Path) -> list:
 
 
 def tuning_set(base:Path, c) -> list:
-    from eagle3nb.core import JsonlReader
-    from eagle3nb.heldout import split_prompts
-    from eagle3nb.prompts import conversation_of
-    prompts = [o for _, o in JsonlReader(base/"prompts"/"prompts.jsonl")]
-    used = {conversation_of(o) for f in ("evaluate_prompts.jsonl", "sealed_prompts.jsonl") if (base/f).exists()
-            for _, o in JsonlReader(base/f)}
-    held = split_prompts(prompts, c.generate.n_prompts, None, c.data.heldout_share)[1]
-    return [p for p in held if conversation_of(p) not in used][-TUNE:]
+    "The base run's `tuning_prompts.jsonl`: the prompts recipes are chosen on, which the main job never measures."
+    from eagle3nb.core import InputError, JsonlReader
+    p = base/"tuning_prompts.jsonl"
+    if not p.exists():
+        raise InputError(f"{p}: no tuning prompts; rerun the base's evaluate stage (`eagle3nb run --run {base} "
+                         "--stages evaluate`) with [evaluate] tuning_n_prompts > 0")
+    return [o for _, o in JsonlReader(p)]
 
 
 def main():

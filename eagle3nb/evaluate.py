@@ -154,6 +154,7 @@ class EvaluateConfig:
     dtype: str = "auto"  # auto (the target's own dtype on a GPU, float32 on the CPU), float32, bfloat16 or float16
     batch_size: int = 1  # prompts in flight at once (each row its own KV caches; rows leave as they finish)
     sealed_n_prompts: int = 0  # the main job: prompts from the far end of the data, replayed once at the end (T=0)
+    tuning_n_prompts: int = 0  # the main job: far-end prompts just before the sealed ones, for bench/recipes.py only
 
 # %% ../nbs/10c_evaluate.ipynb #4fd96582
 def _at(rows:list, k:int) -> dict|None: return next((r for r in rows if r["k"] == k), None)

@@ -114,21 +114,30 @@ def heldout_prompts(run, c:PipelineConfig) -> Path:
 # %% ../nbs/12b_pipeline.ipynb #d81b0e05
 def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (default: written by `heldout_prompts`)
                ) -> Path|None:
-    "Write `RUN/sealed_prompts.jsonl` (`[evaluate] sealed_n_prompts` from the far end of the data); None when 0."
-    if not c.evaluate.sealed_n_prompts or c.evaluate.temperature: return None
+    ("Write `RUN/sealed_prompts.jsonl` (`[evaluate] sealed_n_prompts` from the far end of the data) and, just before "
+     "them, `RUN/tuning_prompts.jsonl` (`[evaluate] tuning_n_prompts`); the sealed file, None when 0.")
+    e = c.evaluate
+    if not e.sealed_n_prompts or e.temperature: return None
     from eagle3nb.heldout import sealed_prompts
     from eagle3nb.models import load_target
     from eagle3nb.prompts import conversation_of
-    run, tgt, n = Path(run), load_target(c.target), c.evaluate.sealed_n_prompts
+    run, tgt, n, t = Path(run), load_target(c.target), e.sealed_n_prompts, e.tuning_n_prompts
     held = {conversation_of(o) for _, o in JsonlReader(held or heldout_prompts(run, c))}
     limit = c.generate.max_prompt_tokens or c.data.max_prompt_tokens or tgt.context_length
-    cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * n + 8, c.data.heldout_share, held, limit,
+    cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * (n + t) + 8, c.data.heldout_share, held, limit,
                            c.data.thinking)   # spares for what the screen drops
     prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
-    ps, info = draw_prompts(cands, n, _training_side(prompts, c.data.heldout_share), limit, last=True)
+    train_side = _training_side(prompts, c.data.heldout_share)
+    ps, info = draw_prompts(cands, n, train_side, limit, last=True)
     _screen_note(run, "sealed", info)
     if not ps: return None
     write_jsonl_atomic(run/"sealed_prompts.jsonl", ps)
+    if t:
+        taken = {p["conversation"] for p in ps}
+        tune, info = draw_prompts([p for p in cands if p["conversation"] not in taken], t, train_side, limit,
+                                  last=True)
+        _screen_note(run, "tuning", info)
+        write_jsonl_atomic(run/"tuning_prompts.jsonl", tune)
     return run/"sealed_prompts.jsonl"
 
 # %% ../nbs/12b_pipeline.ipynb #7c56bd09

@@ -100,6 +100,7 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
     "evaluate": {"n_prompts": 64, "ks": [1, 3], "max_new_tokens": 256, "sealed_n_prompts": 32, "loop_n_prompts": 8,
+                 "tuning_n_prompts": 64,   # written for bench/recipes.py, never measured by the main job
                  "loop_max_new_tokens": 64,   # the wall-clock loop on a labelled subset; the rest is replayed
                  "batch_size": 16},   # from batched greedy runs: enough prompts to decide, in minutes
     "export": {"vllm_check": "auto", "vllm_concurrency": 8},   # vLLM's counters on every sealed prompt
@@ -108,7 +109,8 @@ SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"n_prompts": 4, "max_new_tokens": 24},
              "context": {"n_prompts": 4, "replies": True},
              "train": {"epochs": 2, "draft_vocab_size": 1024, "vocab_sweep": [512]},
-             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1, "loop_n_prompts": 1},
+             "evaluate": {"n_prompts": 1, "max_new_tokens": 8, "ks": [1], "sealed_n_prompts": 1, "loop_n_prompts": 1,
+                          "tuning_n_prompts": 2},
              "export": {"vllm_check": "never"}},
     "small": {"evaluate": {"ks": [3]}},
     "medium": {"data": {"limit": 3000},   # 3,000 rows: enough held-out conversations for 128 prompts that fit

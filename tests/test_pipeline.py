@@ -167,6 +167,24 @@ def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversatio
     r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts_file", str(tmp_path/"conv.jsonl"), "--ks", "1"])
     assert r.returncode == 2 and f"(conversation {gen[0]['conversation']!r})" in r.stderr, r.stderr[-2000:]
 
+def test_tuning_prompts_share_no_conversation_with_what_is_measured_or_trained_on(tiny_main_job):
+    "The main job's tuning set (for bench/recipes.py): its own conversations, apart from held-out, sealed and training."
+    from eagle3nb.heldout import check_heldout, trained_on
+    from eagle3nb.prompts import conversation_of
+    d = Path(tiny_main_job)
+    rd = lambda f: [json.loads(x) for x in (d/f).read_text().splitlines()]
+    tune, held, sealed = rd("tuning_prompts.jsonl"), rd("evaluate_prompts.jsonl"), rd("sealed_prompts.jsonl")
+    assert len(tune) == 2 and held and sealed                         # tiny's [evaluate] tuning_n_prompts
+    convs = lambda ps: {conversation_of(p) for p in ps}
+    t = trained_on(d/"train")
+    assert t.conversations and t.records
+    assert not convs(tune) & (convs(held) | convs(sealed) | t.conversations)
+    check_heldout(tune, t, "tuning prompts")                          # the guard's own check: no raise
+    ids = {tuple(p["prompt_ids"]) for p in tune}
+    assert not ids & {tuple(p["prompt_ids"]) for p in held + sealed} and not ids & t.prompts
+    screen = json.loads((d/"prompt_screen.json").read_text())
+    assert screen["tuning"]["kept"] == 2                              # drawn under the same screen, recorded
+
 def test_train_command_trains_as_the_main_job(tiny_main_job, tmp_path):
     "One set of defaults: `eagle3nb train --run R` on a main-job run trains exactly as `eagle3nb run --stages train`."
     import torch
