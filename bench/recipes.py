@@ -27,6 +27,7 @@ The default's records are stored under OUT/baselines/, keyed by its exact traini
 prompts, answer length and Ks, so a later invocation compares against them without retraining, and a changed setting
 never compares against a stale default (it trains the default again first)."""
 import argparse, hashlib, json, os, shlex, shutil, sys, time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -101,6 +102,16 @@ def tuning_set(base:Path, c) -> list:
     return [o for _, o in JsonlReader(p)]
 
 
+@contextmanager
+def in_main_job_root(run:Path):
+    "Work in the folder the main job of `run`'s capture ran in: its manifests name records relative to it."
+    src, here = (run/"capture").resolve().parent, Path.cwd()
+    run_field = json.loads((src/"pipeline_config.json").read_text())["run"]
+    os.chdir(str(src)[:-len(run_field)] if str(src).endswith(run_field.rstrip("/")) else here)
+    try: yield
+    finally: os.chdir(here)
+
+
 def make_base(src:Path, dst:Path, c) -> dict:
     "DST: links to finished run SRC's stages, and the tuning set `sealed_file` draws (it must redraw SRC's sealed set)."
     from eagle3nb.core import InputError, JsonlReader, write_json
@@ -122,12 +133,7 @@ def make_base(src:Path, dst:Path, c) -> dict:
     for other, ps in (("evaluation", read(dst/"evaluate_prompts.jsonl")), ("sealed", old)):
         if both := convs(tune) & convs(ps):
             raise InputError(f"{dst/'tuning_prompts.jsonl'}: {len(both)} conversations also in the {other} set")
-    run_field, here = json.loads((src/"pipeline_config.json").read_text())["run"], Path.cwd()
-    root = str(src.resolve())[:-len(run_field)] if str(src.resolve()).endswith(run_field) else here
-    try:   # the training manifest names its records relative to where the main job ran
-        os.chdir(root)
-        trained = trained_on(src.resolve()/"train")
-    finally: os.chdir(here)
+    with in_main_job_root(src): trained = trained_on(src.resolve()/"train")
     check_heldout(tune, trained, "tuning prompts")
     info = {"from_run": str(src), "tuning_prompts": len(tune), "sealed_redrawn": len(new),
             "checked": f"no conversation shared with the {len(read(dst/'evaluate_prompts.jsonl'))} evaluation "
@@ -135,6 +141,14 @@ def make_base(src:Path, dst:Path, c) -> dict:
                        f"{trained.source}; the sealed set redrawn equals {src/'sealed_prompts.jsonl'}"}
     write_json(dst/"base.json", info)
     return info
+
+
+def trained_as(run:Path, settings:dict) -> bool:
+    "Whether RUN/train holds a finished drafter trained with exactly `settings` (`--reuse_trained`)."
+    from eagle3nb.core import read_manifest
+    if not (run/"train"/"drafter").exists() or not (run/"train"/"manifest.json").exists(): return False
+    cfg = read_manifest(run/"train")["config"]
+    return all(cfg.get(k) == v for k, v in settings.items() if k in cfg and k not in ("keep_checkpoints", "urls"))
 
 
 def digest(x) -> str:
@@ -175,7 +189,8 @@ def command(a, name:str) -> str:
     "The invocation that makes one row."
     flags = [f"--base {a.base}", f"--out {a.out}", f"--size {a.size}", f"--max_new_tokens {a.max_new_tokens}"]
     flags += [f"--context {a.context}"] * (a.context is not None) + ["--no_generated"] * a.no_generated
-    flags += [f"--round_base {a.round_base}"] * bool(a.round_base) + [f"--set {shlex.quote(s)}" for s in a.set]
+    flags += ["--reuse_trained"] * a.reuse_trained + [f"--round_base {a.round_base}"] * bool(a.round_base)
+    flags += [f"--set {shlex.quote(s)}" for s in a.set]
     return "python bench/recipes.py " + " ".join(flags + [name])
 
 
@@ -192,6 +207,8 @@ def main():
                     "this round's default is the size's settings plus theirs")
     ap.add_argument("--from_run", default=None, help="make --base from this finished run (links and a tuning set)")
     ap.add_argument("--max_new_tokens", type=int, default=96)
+    ap.add_argument("--reuse_trained", action="store_true", help="skip training where OUT/variant holds a drafter "
+                    "trained with exactly its settings")
     a = ap.parse_args()
     import torch
     from eagle3nb.settings import pipeline_config
@@ -199,6 +216,7 @@ def main():
     c = pipeline_config(size=a.size)
     if a.from_run: print(json.dumps(make_base(Path(a.from_run), base, c), indent=1), flush=True)
     if not a.variants: return
+    from eagle3nb.core import read_manifest
     from eagle3nb.train import train
     from eagle3nb.drafter import load_drafter
     from eagle3nb.heldout import check_drafter_heldout
@@ -228,11 +246,16 @@ def main():
         over = {**round_over, **VARIANTS[name], **extra}
         tag = name + "".join(f"-{k}{v}" for k, v in extra.items()) + "".join(f"@{n}" for n in rounds)
         run = variant_run(base, out, tag, a.context, not a.no_generated)
-        t0 = time.time()
-        m = train(run, aux_layers=c.capture.aux_layers, fresh=True, progress=False, **{**asdict(c.train), **over})
-        secs = time.time() - t0
+        settings, t0 = {**asdict(c.train), **over}, time.time()
+        if a.reuse_trained and trained_as(run, settings):
+            m = read_manifest(run/"train")
+            secs = m["timings"]["seconds"]
+        else:
+            m = train(run, aux_layers=c.capture.aux_layers, fresh=True, progress=False, **settings)
+            secs = time.time() - t0
         d = load_drafter(run/"train"/"drafter")
-        checked = check_drafter_heldout(tune, run/"train"/"drafter", "tuning prompts")
+        drafter_dir = run.resolve()/"train"/"drafter"
+        with in_main_job_root(base): checked = check_drafter_heldout(tune, drafter_dir, "tuning prompts")
         res = measure_replay(model, d, ps, a.max_new_tokens, eos, EAGLE_KS, NGRAM_KS, outputs=outputs)
         if outputs is None:
             outputs = [res["outputs"][i] for i, _ in ps]
