@@ -27,8 +27,8 @@ def main():
     ap.add_argument("--batch_size", type=int, default=16)
     ap.add_argument("--out", default="runs/trend.json")
     a = ap.parse_args()
-    from eagle3nb.checkpoints import (checkpoint_drafter, checkpoint_facts, heldout_losses, kept_checkpoints,
-                                      score_drafter)
+    from eagle3nb.checkpoints import (checkpoint_drafter, checkpoint_facts, kept_checkpoints, score_drafter,
+                                      step_losses)
     from eagle3nb.core import read_json, read_jsonl
     from eagle3nb.drafter import load_drafter
     from eagle3nb.replay import measure_replay, ngram_name
@@ -57,7 +57,7 @@ def main():
     gname = max((ngram_name(s) for s in settings), key=lambda n: base["best"][n]["tokens_per_forward"])
     out = {"prompts": str(a.prompts or run/"evaluate_prompts.jsonl"), "n_prompts": len(ps),
            "max_new_tokens": a.max_new_tokens, "greedy": base["greedy"], "ngram_setting": gname, "points": []}
-    losses = {r: heldout_losses(r) for r in dict.fromkeys(r for _, r, _ in points)}   # one read a run
+    losses = {r: step_losses(r) for r in dict.fromkeys(r for _, r, _ in points)}   # one read a run
     for label, r, ck in points:
         step = ck[0] if ck else read_json(r/"train"/"manifest.json")["counts"]["steps"]
         d = checkpoint_drafter(r/"train"/"drafter", ck[1]) if ck else load_drafter(r/"train"/"drafter")

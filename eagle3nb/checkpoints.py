@@ -12,7 +12,7 @@ from .power import choose_k, power_block
 from .replay import greedy_runs, measure_replay, ngram_name, per_prompt_records
 
 # %% auto #0
-__all__ = ['kept_checkpoints', 'checkpoint_drafter', 'heldout_losses', 'checkpoint_facts', 'score_drafter', 'select_checkpoint']
+__all__ = ['kept_checkpoints', 'checkpoint_drafter', 'step_losses', 'checkpoint_facts', 'score_drafter', 'select_checkpoint']
 
 # %% ../nbs/10d_checkpoints.ipynb #9afce442
 def kept_checkpoints(run) -> list:
@@ -29,21 +29,24 @@ def checkpoint_drafter(final_dir, # the run's final drafter (`RUN/train/drafter`
     return d.eval()
 
 # %% ../nbs/10d_checkpoints.ipynb #2f497e00
-def heldout_losses(run) -> dict:
-    "`{step: held-out loss at step 0 of the chain}` from `RUN/train/metrics.jsonl`."
+def step_losses(run) -> dict:
+    ("`{split: {step: loss at step 0 of the chain}}` from `RUN/train/metrics.jsonl`: `train` (the window logged at "
+     "every checkpoint) and `heldout` (at every `eval_every` steps and the last).")
     rows = read_jsonl(Path(run)/"train"/"metrics.jsonl")
-    return {r["step"]: r["loss_k"][0] for r in rows if r.get("split") == "heldout" and r.get("loss_k")}
+    return {s: {r["step"]: r["loss_k"][0] for r in rows if r.get("split") == s and r.get("loss_k")}
+            for s in ("train", "heldout")}
 
 def checkpoint_facts(run, step:int,
-                     losses:dict|None=None, # `heldout_losses(run)`, where already read
+                     losses:dict|None=None, # `step_losses(run)`, where already read
                     ) -> dict:
     ("`step`, `train_tokens` (steps × padded `batch_tokens`), `cpu_minutes` (the stage's seconds spread evenly over "
-     "its steps) and `heldout_loss` of one checkpoint.")
+     "its steps), `train_loss` and `heldout_loss` (None where not evaluated at that step) of one checkpoint.")
     m = read_manifest(Path(run)/"train")
     steps, secs = m["counts"]["steps"], m["timings"]["seconds"]
-    losses = heldout_losses(run) if losses is None else losses
+    losses = step_losses(run) if losses is None else losses
     return {"step": step, "train_tokens": step * m["config"]["batch_tokens"],
-            "cpu_minutes": round(secs * step / steps / 60, 2), "heldout_loss": losses.get(step)}
+            "cpu_minutes": round(secs * step / steps / 60, 2), "train_loss": losses["train"].get(step),
+            "heldout_loss": losses["heldout"].get(step)}
 
 # %% ../nbs/10d_checkpoints.ipynb #6ee3ee4a
 def score_drafter(model, drafter:Drafter, recs:list, # prompt records (`id`, `prompt_ids`, `conversation`)
@@ -90,7 +93,7 @@ def select_checkpoint(run, # a run whose `RUN/train` kept its checkpoints
     model, eos = tgt.load_model(dtype, device), eos_ids(tgt.path, tgt.tokenizer)
     aux = load_drafter(out/"drafter").config.aux_layers_hf
     runs = greedy_runs(model, [r["prompt_ids"] for r in recs], max_new_tokens, eos, 20, aux, batch_size)
-    losses, points = heldout_losses(run), []
+    losses, points = step_losses(run), []
     for step, ck in cks:
         d = drafter_to(checkpoint_drafter(out/"drafter", ck), device, dtype)
         p = score_drafter(model, d, recs, runs, max_new_tokens, eos, [k], k, ngram_setting, resamples=resamples,

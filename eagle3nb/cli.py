@@ -262,6 +262,19 @@ def capture_cmd(run:Param("run directory (reads validate/ and context/ records, 
               f"SpecForge feature files to {specforge_dir}")
 
 # %% ../nbs/90_cli.ipynb #278fd5db
+def _select_as_main_job(run, c) -> dict:
+    "`select = \"tuning\"` from `eagle3nb train`: the main job's choice, on the tuning prompts its settings draw."
+    from dataclasses import asdict
+    from eagle3nb.core import read_json, read_manifest
+    from eagle3nb.pipeline import select_on_tuning
+    from eagle3nb.settings import pipeline_config
+    p = Path(run)/"pipeline_config.json"
+    if not p.exists():
+        raise InputError(f"{p}: no such file; --select tuning chooses on the tuning prompts the main job draws: run "
+                         "`eagle3nb run --set train.select=tuning`, or pass --select last")
+    select_on_tuning(run, pipeline_config(read_json(p), train=asdict(c)))
+    return read_manifest(Path(run)/"train")
+
 @call_parse
 def train_cmd(run:Param("run directory (reads capture/, or validate/ with --source online; writes train/)",
                         str)="runs/default",
@@ -284,6 +297,7 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
     m = train(run, c, **kw)
     sweep = train_vocab_sweep(run, c, **kw)
     if m is None: return
+    if c.select == "tuning": m = _select_as_main_job(run, c)
     print(train_summary(m))
     for s in sweep: print(f"  vocab sweep: {train_summary(s)}")
     print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")
