@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 from real_shapes import KIMI_K25, QWEN3_8B
 from eagle3nb.capture import default_aux_layers
-from eagle3nb.drafter import Drafter, drafter_config
+from eagle3nb.drafter import Drafter, Rotary, drafter_config
 from eagle3nb.export import engine_reads, export_sglang, export_speculators, read_mismatches
 from eagle3nb.models import sglang_layer_ids
 
@@ -30,14 +30,16 @@ EXPECTED = {"qwen3-8b": (4096, 32, 8, 128, 12288, 151936, 1e-6, 1e6, [2, 18, 33]
 
 def verifier_dir(path, tcfg:dict):
     ("The target as `speculators` reads a verifier: its config.json and the three tensors it loads from it "
-     "(embeddings, lm_head, final norm) at their true shapes in bfloat16, under the family's names; no layers.")
+     "(embeddings, lm_head, final norm) at their true shapes in bfloat16, under the family's names; no layers. Their "
+     "values do not matter here (speculators keeps the export's own embeddings and lm_head; the verifier's feed only "
+     "its training loss), so they are zeros: no time spent drawing 2 x V x H random numbers.")
     from safetensors.torch import save_file
     path.mkdir()
     (path/"config.json").write_text(json.dumps(tcfg))
     text = tcfg.get("text_config", tcfg)
     V, H, pre = text["vocab_size"], text["hidden_size"], "language_model." if "text_config" in tcfg else ""
-    save_file({f"{pre}model.embed_tokens.weight": torch.randn(V, H, dtype=torch.bfloat16),
-               f"{pre}lm_head.weight": torch.randn(V, H, dtype=torch.bfloat16),
+    save_file({f"{pre}model.embed_tokens.weight": torch.zeros(V, H, dtype=torch.bfloat16),
+               f"{pre}lm_head.weight": torch.zeros(V, H, dtype=torch.bfloat16),
                f"{pre}model.norm.weight": torch.ones(H, dtype=torch.bfloat16)}, str(path/"model.safetensors"))
     gc.collect()
     return path
@@ -55,11 +57,14 @@ def exported(request, tmp_path_factory):
     torch.manual_seed(0)
     target = verifier_dir(out/"target", tcfg)
     aux_layers = default_aux_layers(text["num_hidden_layers"])        # as the pipeline picks them
-    d = Drafter(drafter_config(tcfg, N, aux_layers, str(target))).eval()
+    with torch.device("meta"): d = Drafter(drafter_config(tcfg, N, aux_layers, str(target)))
+    d = d.to_empty(device="cpu").eval()       # one fill per tensor below, not the default init and then ours (2x)
+    d.rotary = Rotary(d.config)               # its inverse frequencies are computed, not stored
     V = d.config.vocab_size
     with torch.no_grad():
-        for p in d.parameters():
-            if p.dim() == 1: p.normal_(1.0, 0.1)                       # norms not all ones: a misplaced one shows
+        for p in d.parameters():   # norms not all ones (a misplaced one shows), matrices at the default init's scale
+            if p.dim() == 1: p.normal_(1.0, 0.1)
+            else: p.uniform_(-p.shape[1] ** -0.5, p.shape[1] ** -0.5)
         ids = torch.randperm(V)[:N].sort().values                       # a draft vocabulary spread over the target's
         d.d2t.copy_(ids - torch.arange(N))
         d.t2d.zero_()
