@@ -51,8 +51,11 @@ def _rope_settings(cfg:dict) -> tuple:
     rp = cfg.get("rope_parameters") or {}
     theta = float(rp.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
     scaling = cfg.get("rope_scaling") or {k: v for k, v in rp.items() if k != "rope_theta"}
-    if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default": scaling = None
-    return theta, scaling
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "default": return theta, None
+    return theta, {"rope_type": kind, **{k: v for k, v in scaling.items() if k not in ("type", "rope_type")}}
+
+def _is_mla(c:dict) -> bool: return "head_dim" not in c and ("kv_lora_rank" in c or "qk_nope_head_dim" in c)
 
 def drafter_config(target_config:dict, # the target's config.json
                    draft_vocab_size:int, aux_layers:list, # HF hidden-state indices
@@ -63,9 +66,11 @@ def drafter_config(target_config:dict, # the target's config.json
     c = target_config.get("text_config", target_config)
     H, nh = int(c["hidden_size"]), int(c["num_attention_heads"])
     theta, scaling = _rope_settings(c)
+    if _is_mla(c): scaling = None   # MLA's rope is not a Llama layer's (see above)
+    head_dim = int(c.get("head_dim") or c.get("v_head_dim") or H // nh)
     return DrafterConfig(hidden_size=H, num_attention_heads=nh,
                          num_key_value_heads=int(c.get("num_key_value_heads") or nh),
-                         head_dim=int(c.get("head_dim") or H // nh), intermediate_size=int(c["intermediate_size"]),
+                         head_dim=head_dim, intermediate_size=int(c["intermediate_size"]),
                          vocab_size=int(c["vocab_size"]), draft_vocab_size=int(draft_vocab_size), target_hidden_size=H,
                          aux_layers_hf=[int(i) for i in aux_layers], rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)),
                          rope_theta=theta, rope_scaling=scaling,
