@@ -53,7 +53,8 @@ class AdamWBf16(torch.optim.Optimizer):
         "Load a `state_dict`, the moments as they are (torch's loader would widen them to the parameters' float32)."
         params = [p for g in self.param_groups for p in g["params"]]
         ids = [i for g in state_dict["param_groups"] for i in g["params"]]
-        if len(ids) != len(params): raise ValueError(f"the state holds {len(ids)} parameters; this optimizer {len(params)}")
+        if len(ids) != len(params):
+            raise ValueError(f"the state holds {len(ids)} parameters; this optimizer {len(params)}")
         for g, saved in zip(self.param_groups, state_dict["param_groups"]):
             g.update({k: v for k, v in saved.items() if k != "params"})
         self.state = defaultdict(dict, {p: {k: v.to(p.device) if torch.is_tensor(v) else v
@@ -83,9 +84,12 @@ def train_memory(c:DrafterConfig, tokens:int, # padded tokens of this process's 
     t, e = -(-tokens // world), 2 if bf16 else 4
     per_token_step = 8 * H * 4 + e * (3 * H + 3 * hd + 3 * kvd + 4 * I)
     chunk = loss_chunk or t * ttt_steps
+    # mapped: the pages of the rows looked up, resident as file pages; the kernel maps a page-cache folio (up to
+    # 2 MiB) whole, so a row may bring up to 2 MiB of its neighbours (never more than the whole table)
+    embed = min(V * H * target_bytes, t * max(H * target_bytes, 2**21)) if embed_mapped else V * H * target_bytes
     out = {"weights": 4 * P, "grads": 4 * P, "optimizer": (8 if optim_state == "float32" else 4) * P,
            "autocast_copies": 2 * P if bf16 else 0,
-           "frozen": ((min(V, t) if embed_mapped else V) + V + N) * H * target_bytes,   # embedding, teacher, draft rows
+           "frozen": (V + N) * H * target_bytes + embed,   # teacher's lm_head and draft rows, the embedding
            "activations": t * (4 * 4 * H + ttt_steps * per_token_step + 4 * N) + 4 * 4 * chunk * N,
            "base": BASE_BYTES}
     return {**out, "total": sum(out.values()), "trained_params": P}
