@@ -92,7 +92,7 @@ def train_memory(c:DrafterConfig, tokens:int, # padded tokens of this process's 
            "frozen": (V + N) * H * target_bytes + embed,   # teacher's lm_head and draft rows, the embedding
            "activations": t * (4 * 4 * H + ttt_steps * per_token_step + 4 * N) + 4 * 4 * chunk * N,
            "base": BASE_BYTES}
-    return {**out, "total": sum(out.values()), "trained_params": P}
+    return {**out, "total": sum(out.values()), "trained_params": P, "N": N}
 
 # %% ../nbs/08d_memory.ipynb #12125a1b
 def available_memory(device="cpu") -> int:
@@ -110,7 +110,7 @@ def gib(b:float) -> str: return f"{b / 2**30:.1f} GiB"
 def check_fits(need:dict, available:int, where:str="this process"):
     "Raise, naming both sizes, if `need['total']` bytes exceed `available`."
     if need["total"] <= available: return
-    parts = ", ".join(f"{k} {gib(v)}" for k, v in need.items() if k not in ("total", "trained_params") and v)
+    parts = ", ".join(f"{k} {gib(v)}" for k, v in need.items() if k not in ("total", "trained_params", "N") and v)
     tip = ("set [train] optim_state = \"bfloat16\" (AdamW's moments in bf16: "
            f"{gib(need['optimizer'] / 2)} less), " if need["optimizer"] == 8 * need["trained_params"] else "")
     raise InputError(f"training needs {gib(need['total'])} in {where} but {gib(available)} is available ({parts}): "

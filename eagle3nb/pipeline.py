@@ -360,13 +360,11 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
         what = what.get(c.train.source, "sizes unknown")
         out.append(f"  capture  [{runs('capture')}]: {what}" + (f" ({n['tokens']:,} tokens{hours})" if n else ""))
     if shape:
-        t = train_need(c, shape)
-        out.append(f"  train    [{runs('train')}]: K={c.train.ttt_steps}, N={t['N']:,}: {t['trained_params']:,} "
-                   f"trained parameters; weights and AdamW {_gib(t['state_bytes'])}, logits kept for the "
-                   f"backward {_gib(t['logits_bytes'])} a step ({c.train.batch_tokens:,} tokens)"
+        f = train_fit(c, shape, gpu_mem)
+        out.append(f"  train    [{runs('train')}]: K={c.train.ttt_steps}, N={f['one_gpu']['N']:,}: "
+                   f"{f['one_gpu']['trained_params']:,} trained parameters, {c.train.batch_tokens:,} tokens a step"
                    + (f"; then {len(c.train.vocab_sweep)} more drafters as long, N in {c.train.vocab_sweep} "
                       "(the vocabulary sweep)" if c.train.vocab_sweep else ""))
-        f = train_fit(c, shape, gpu_mem)
         o, h = f["one_gpu"], f["here"]
         out.append(f"           one process on one GPU: weights {_gib(o['weights'])}, gradients {_gib(o['grads'])}, "
                    f"AdamW state ({c.train.optim_state}) {_gib(o['optimizer'])}, target's frozen tensors "

@@ -88,6 +88,21 @@ def _rows(run):
     return [json.loads(s) for s in (Path(run)/"train/metrics.jsonl").read_text().splitlines() if s.strip()]
 
 
+def _plan_lines(real, optim_state:str, *extra) -> str:
+    "`eagle3nb run CONFIG --plan` for the built target at the length run here."
+    r = subprocess.run([str(BIN/"eagle3nb"), "run", real["config"], "--plan", *extra, "--set",
+                        f"target={real['target']}", f"run={real['dir']/'plan'}", f"train.batch_tokens={BATCH}",
+                        "train.bf16=always", "train.source=offline", f"train.optim_state={optim_state}"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def _plan_need(real, optim_state:str) -> float:
+    import re
+    return float(re.search(r"this machine \(cpu\): needs ([\d.]+) GiB", _plan_lines(real, optim_state))[1]) * GiB
+
+
 def test_trains_resumes_and_fits_the_plan(real, capsys):
     "2 steps at true shape in bf16 autocast; kill -9 after step 1's checkpoint, resume: the uninterrupted weights."
     from eagle3nb.memory import available_memory, check_fits
@@ -106,7 +121,9 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     flags = ["--ttt_steps", str(cfg.ttt_steps), "--draft_vocab_size", str(cfg.draft_vocab_size), "--lr", str(cfg.lr),
              "--warmup_steps", str(cfg.warmup_steps), "--batch_tokens", str(BATCH), "--max_steps", "2",
              "--ckpt_every", "1", "--heldout", "0", "--bf16", "always", "--log_every", "1", "--keep_checkpoints", "1",
-             "--source", "offline", "--optim_state", cfg.optim_state]
+             "--source", "offline", "--loss_chunk", str(cfg.loss_chunk or 0), "--optim_state", cfg.optim_state]
+    out = _plan_lines(real, "float32", "--gpu_mem", "80")
+    assert "GPUs of 80 GiB: 1 (torchrun" in out and " h at 20,000 tokens/s" in out, out
     if not fits32:       # refused before anything is loaded, naming both sizes
         with pytest.raises(Exception, match=r"training needs [\d.]+ GiB in this process but 24.0 GiB"):
             check_fits(need["float32"], 24 * GiB)
@@ -115,6 +132,7 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
             r = subprocess.run(args + [str(real["run"]), *flags[:-1], "float32"], capture_output=True, text=True)
             assert r.returncode != 0 and "training needs" in r.stderr and "optim_state" in r.stderr, r.stderr[-2000:]
             assert time.time() - t0 < 30 and not (real["run"]/"train/checkpoints").exists()
+            assert "DOES NOT FIT (eagle3nb train refuses it before loading anything" in out, out
     ref, cut = real["dir"]/"ref", real["dir"]/"cut"
     for d in (ref, cut): shutil.copytree(real["run"], d)
     rc, peak, err = _rss_run(args + [str(ref), *flags])
@@ -133,7 +151,8 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     assert _digest(ck/"step-000002.pt") == want                # bit-equal weights after the resumed step 2
     a, b = [r for r in rows_ref if r["split"] == "train"], [r for r in _rows(cut) if r["split"] == "train"]
     assert [r["step"] for r in b] == [1, 2] and [r["loss_k"] for r in a] == [r["loss_k"] for r in b]
-    plan = step_memory(real["target"], cfg, real["aux"], "cpu", tokens=BATCH)["total"]
+    plan = _plan_need(real, cfg.optim_state)                  # what `eagle3nb run CONFIG --plan` prints
+    assert abs(plan - step_memory(real["target"], cfg, real["aux"], "cpu")["total"]) < 0.01 * GiB
     with capsys.disabled():
         print(f"\nreal-shape {real['config']}: plan {plan / GiB:.2f} GiB, measured peak RSS {peak / GiB:.2f} GiB "
               f"(optim_state {cfg.optim_state}; float32 AdamW would need {need['float32']['total'] / GiB:.2f} GiB)")
