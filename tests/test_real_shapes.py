@@ -121,7 +121,8 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
             ("float32", "bfloat16")}
     avail = available_memory("cpu")
     # the narrowest change that fits: AdamW's moments in bf16 where float32 ones do not fit this machine (Kimi-K2.5)
-    fits32 = need["float32"]["total"] <= min(avail, 22 * GiB)
+    limit = min(avail, 22 * GiB)         # this 23 GiB machine, less what the system and a neighbour need
+    fits32 = need["float32"]["total"] <= limit
     cfg = replace(cfg, optim_state="float32" if fits32 else "bfloat16")
     args = [str(BIN/"eagle3nb"), "train", "--run"]
     flags = ["--ttt_steps", str(cfg.ttt_steps), "--draft_vocab_size", str(cfg.draft_vocab_size), "--lr", str(cfg.lr),
@@ -131,8 +132,8 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     out = _plan_lines(real, "float32", BATCH, "--gpu_mem", "80")
     assert "GPUs of 80 GiB: 1 (torchrun" in out and " h at 20,000 tokens/s" in out, out
     if not fits32:       # refused before anything is loaded, naming both sizes
-        with pytest.raises(Exception, match=r"training needs [\d.]+ GiB in this process but 24.0 GiB"):
-            check_fits(need["float32"], 24 * GiB)
+        with pytest.raises(Exception, match=rf"training needs [\d.]+ GiB in this process but {limit / GiB:.1f} GiB"):
+            check_fits(need["float32"], limit)
         if need["float32"]["total"] > avail:
             t0 = time.time()
             r = subprocess.run(args + [str(real["run"]), *flags[:-1], "float32"], capture_output=True, text=True)
