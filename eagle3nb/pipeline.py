@@ -14,8 +14,8 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
                              report_headline, train_summary, validate_summary, write_report)
 
 # %% auto #0
-__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_need',
-           'train_fit', 'torch_cuda', 'plan', 'check_disk', 'run_pipeline', 'run_default']
+__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_fit',
+           'torch_cuda', 'plan', 'check_disk', 'run_pipeline', 'run_default']
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
 def stage_keys(c:PipelineConfig) -> dict:
@@ -260,15 +260,14 @@ _STAGE_FNS = {"prepare": _stage_prepare, "generate": _stage_generate, "validate"
 _ESIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 def target_shape(target) -> dict|None:
-    "`hidden`, `layers`, `vocab`, `intermediate`, `heads`, `kv_heads`, `head_dim` from a target's config.json; None."
+    ("`hidden`, `layers`, `vocab` from a target's config.json (its `text_config` where it wraps one); None where "
+     "it is not readable here. What the drafter and a training step hold is `step_memory`'s, from the drafter's own "
+     "config (08d_memory).")
     from eagle3nb.models import target_dir
     try: c = json.loads((target_dir(target)/"config.json").read_text())
     except (InputError, OSError, ValueError): return None
     c = c.get("text_config") or c
-    H, nh = int(c["hidden_size"]), int(c["num_attention_heads"])
-    return {"hidden": H, "layers": int(c["num_hidden_layers"]), "vocab": int(c["vocab_size"]),
-            "intermediate": int(c.get("intermediate_size") or 4 * H), "heads": nh,
-            "kv_heads": int(c.get("num_key_value_heads") or nh), "head_dim": int(c.get("head_dim") or H // nh)}
+    return {"hidden": int(c["hidden_size"]), "layers": int(c["num_hidden_layers"]), "vocab": int(c["vocab_size"])}
 
 # %% ../nbs/12b_pipeline.ipynb #066b7f4d
 def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
@@ -290,19 +289,6 @@ def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
     return {"tokens": tokens, "exact": exact, "bytes_per_token": bpt, "bytes": tokens * bpt,
             "shard_bytes": c.capture.shard_tokens * bpt}
 
-def train_need(c:PipelineConfig, shape:dict) -> dict:
-    "The drafter's parameters and a step's memory at `ttt_steps` K and `draft_vocab_size` N (fp32 training)."
-    H, t = shape["hidden"], c.train
-    N = t.draft_vocab_size or min(32000, shape["vocab"])
-    n_aux, kvd = len(c.capture.aux_layers or [0, 0, 0]), shape["kv_heads"] * shape["head_dim"]
-    layer = 2 * H * shape["heads"] * shape["head_dim"] + 2 * (2 * H * kvd) + shape["heads"] * shape["head_dim"] * H
-    trained = n_aux * H * H + layer + 3 * H * shape["intermediate"] + H * N
-    # the teacher's table over the batch, and each step's draft logits: all kept for the backward pass, or one chunk
-    # of rows at a time (recomputed in the backward) with `loss_chunk`
-    steps = 3 * t.loss_chunk if t.loss_chunk else t.ttt_steps * t.batch_tokens
-    logits = (t.batch_tokens + steps) * N * 4
-    return {"N": N, "trained_params": trained, "frozen_params": shape["vocab"] * H,
-            "state_bytes": 16 * trained + 4 * shape["vocab"] * H, "logits_bytes": logits}
 
 # %% ../nbs/12b_pipeline.ipynb #5ec1f0e3
 def train_fit(c:PipelineConfig, shape:dict,
