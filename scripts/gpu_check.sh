@@ -12,7 +12,7 @@
 #
 #   bash scripts/gpu_check.sh            on the GPU machine, from a bare clone
 #   bash scripts/gpu_check.sh --dry-run  its CPU part here: set-up only where .venv is missing, the cuda tier reported
-#                                        as skipped, the bench on the CPU (1 step of 64 tokens, ~1 min, ~14 GiB RSS),
+#                                        as skipped, the bench on the CPU (1 step of 16 tokens, ~40 s, ~13 GiB RSS),
 #                                        evaluate on the CPU
 # Assumes: bash, python3 (≥ 3.11, with venv) and pip reaching PyPI (or a mirror in pip's config) for the first set-up;
 # an NVIDIA driver for CUDA 12 (torch's CUDA wheel brings its own CUDA runtime). Nothing else is downloaded: the tiny
@@ -66,7 +66,7 @@ fi
 
 # 3. the real-shape Qwen3-8B drafter's training step
 t=$(now)
-if [ "$DEV" = cpu ]; then BENCH=(--device cpu --seq-len 64 --batch-tokens 64 --steps 1 --warmup 0)
+if [ "$DEV" = cpu ]; then BENCH=(--device cpu --seq-len 16 --batch-tokens 16 --steps 1 --warmup 0)
 else BENCH=(--device cuda --steps 3 --warmup 1); fi
 if timeout 180 $PY bench/real_shape_step.py "${BENCH[@]}" > "$OUT/real-shape-step.log" 2>&1; then
     fig=$(fmt "$OUT/real-shape-step.log" "{device} {dtype}: {tokens_per_step} tokens/step ({records} x {seq_len}, \

@@ -1,6 +1,6 @@
 """`scripts/gpu_check.sh --dry-run` (#33 item 6): the GPU check's CPU part runs here and prints its one summary table:
 the cuda tier reported as skipped, the real-shape Qwen3-8B drafter's training step timed on the CPU (true shape, one
-step of 64 tokens: ~1 min, ~14 GiB peak RSS), evaluate on the tiny target. Tier: `make test-slow`."""
+step of 16 tokens: ~40 s, ~13 GiB peak RSS), evaluate on the tiny target. Tier: `make test-slow`."""
 import json, re
 import pytest
 from conftest import ROOT, run
@@ -20,10 +20,10 @@ def test_gpu_check_dry_run_prints_its_table(tmp_path):
     assert rows["set-up"][0] in ("kept", "ok")
     step = json.loads((tmp_path/"real-shape-step.log").read_text().splitlines()[-1])
     # the true shape, the shipped config's K, on the CPU in float32
-    assert (step["device"], step["dtype"], step["ttt_steps"], step["tokens_per_step"]) == ("cpu", "float32", 7, 64)
+    assert (step["device"], step["dtype"], step["ttt_steps"], step["tokens_per_step"]) == ("cpu", "float32", 7, 16)
     assert 1.0 < step["params_b"] < 1.1 and step["tokens_per_s"] > 0 and 0 < step["mfu"] and step["peak_gib"] > 4
     assert rows["real-shape Qwen3-8B step"][0] == "ok"
-    assert re.match(r"cpu float32: 64 tokens/step \(1 x 64, K=7\), [\d.]+ tok/s, peak RSS [\d.]+ GiB, MFU [\d.]+$",
+    assert re.match(r"cpu float32: 16 tokens/step \(1 x 16, K=7\), [\d.]+ tok/s, peak RSS [\d.]+ GiB, MFU [\d.]+$",
                     rows["real-shape Qwen3-8B step"][2]), rows
     assert rows["evaluate (tiny target)"][0] == "ok"
     assert rows["evaluate (tiny target)"][2].startswith("tiny-llama on cpu (float32), 4 prompts"), rows

@@ -7,7 +7,7 @@ the real `speculators` 0.9 package with bit-equal logits.
 Tier: `make test-slow` (marked `real_shapes` and `slow`; the speculators test also `speculators`, and the Makefile
 sets EAGLE3NB_SPECULATORS_PYTHON for it). float32: the Kimi-shaped drafter is 2.4 B parameters, 9.4 GB in float32,
 freed before the speculators process loads its own copy, so the peak stays near one copy (~10 GB)."""
-import gc, json, os, resource, subprocess, sys, time
+import gc, json, os, resource, shutil, subprocess, sys, time
 import pytest
 import torch
 from safetensors import safe_open
@@ -80,7 +80,8 @@ def exported(request, tmp_path_factory):
     gc.collect()
     print(f"\nreal-shape export {name}: {params / 1e9:.2f} B parameters, built in {built:.0f} s, both layouts written "
           f"in {time.perf_counter() - t0 - built:.0f} s, peak RSS {peak_gib():.1f} GiB")
-    return dict(name=name, config=c, spec=spec, sglang=sgl, ref=ref, x=x, aux=aux, to_target=to_target)
+    yield dict(name=name, config=c, spec=spec, sglang=sgl, ref=ref, x=x, aux=aux, to_target=to_target)
+    shutil.rmtree(out, ignore_errors=True)   # ~26 GB for Kimi-K2.5 (target, both layouts); pytest keeps 3 sessions'
 
 def shapes(path) -> dict:
     "Tensor name → shape of a safetensors file, from its header (nothing loaded)."
