@@ -83,7 +83,7 @@ def train_memory(c:DrafterConfig, tokens:int, # padded tokens of this process's 
     I, hd, kvd = c.intermediate_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
     t, e = -(-tokens // world), 2 if bf16 else 4
     per_token_step = 8 * H * 4 + e * (3 * H + 3 * hd + 3 * kvd + 4 * I)
-    chunk = loss_chunk or t * ttt_steps
+    chunk = min(loss_chunk or t * ttt_steps, t * ttt_steps)   # a chunk never holds more rows than the step has
     # mapped: the pages of the rows looked up, resident as file pages; the kernel maps a page-cache folio (up to
     # 2 MiB) whole, so a row may bring up to 2 MiB of its neighbours (never more than the whole table)
     embed = min(V * H * target_bytes, t * max(H * target_bytes, 2**21)) if embed_mapped else V * H * target_bytes

@@ -493,7 +493,9 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     device = _device(rank, device)
     torch.manual_seed(cfg.seed)
     src = _source(run, cfg, target, aux_layers, records, capture)
-    check_fits(step_memory(src.target, cfg, src.aux_layers, device, world), available_memory(device),
+    lens = [n for _, n in src.items()]   # a batch never pads more tokens than the records hold, whatever its budget
+    tokens = -(-min(cfg.batch_tokens, len(lens) * max(lens, default=1)) // world)
+    check_fits(step_memory(src.target, cfg, src.aux_layers, device, world, tokens), available_memory(device),
                f"each of {world} processes" if world > 1 else "this process")   # before anything is loaded
     out, ckdir = stage_dir(run, "train"), run/"train"/"checkpoints"
     if fresh and rank == 0: _clear_checkpoints(ckdir)
