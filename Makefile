@@ -11,9 +11,14 @@ test:
 	bash scripts/test.sh
 
 # The slow tier (CI runs it after `make test`): the tiny main job killed and resumed, the example script, the shipped
-# configs end to end.
+# configs end to end (two workers, a thread each, as `make test`); then, one at a time (up to 21 GiB each), the
+# real-shape tests (`-m real_shapes`: the shipped configs' drafters at their targets' true shapes; the exports' one read
+# by `speculators`, whose venv is set up for it; `scripts/gpu_check.sh --dry-run`).
 test-slow: setup
-	.venv/bin/python -m pytest tests/ -q -rs --durations=10 -m "slow and not vllm and not speculators"
+	OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/ -q -rs -n 2 --durations=5 \
+	  -m "slow and not vllm and not speculators and not real_shapes"
+	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
+	.venv/bin/python -m pytest tests/ -q -rs --durations=10 -m real_shapes
 
 # The notebooks' SmolLM2 cells (`#| slow`), the main job's page included (about 20 minutes): by hand, not in CI.
 test-notebooks-slow: setup
@@ -24,7 +29,7 @@ test-notebooks-slow: setup
 test-vllm: setup
 	EAGLE3NB_VLLM_PYTHON=$$(bash scripts/setup_vllm.sh | tail -n1) \
 	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
-	.venv/bin/python -m pytest tests/ -q -rs -m "vllm or speculators"
+	.venv/bin/python -m pytest tests/ -q -rs -m "(vllm or speculators) and not real_shapes"
 
 # JupyterLab on nbs/, offline, on loopback (the notebooks are the documentation and the exploratory workspace)
 lab: setup

@@ -7,29 +7,13 @@ Each run must keep its checkpoints (`--set train.keep_checkpoints=0`; a run with
 only). Each checkpoint's drafter is replayed at every K up to twice its training K on the same prompts and the same
 greedy answers (one batched greedy run, `replay.measure_replay`), n-gram beside it at each of the evaluation's
 lookup settings and K up to 20; each method at its best K on these prompts (the trend is what is read here, not a
-headline), a paired bootstrap over conversations for the intervals (`power.power_block`). Training tokens are steps
-× `batch_tokens` (padded), CPU minutes the training stage's seconds spread evenly over its steps (the machine's load
-is stated, not controlled). Writes OUT (JSON) and OUT with .png: tokens per target forward against training tokens
-and CPU minutes, n-gram's
-band across."""
-import argparse, functools, json, time
+headline), a paired bootstrap over conversations for the intervals (`power.power_block`): the scoring of
+`eagle3nb.checkpoints.score_drafter`, what `[train] select = "tuning"` chooses by. Training tokens are steps ×
+`batch_tokens` (padded), CPU minutes the training stage's seconds spread evenly over its steps (the machine's load is
+stated, not controlled). Writes OUT (JSON) and OUT with .png: tokens per target forward against training tokens and
+CPU minutes, n-gram's band across."""
+import argparse, json, time
 from pathlib import Path
-
-
-def ckpt_drafter(final_dir:Path, ckpt:Path):
-    "The run's final drafter with a checkpoint's weights (embeddings stay the target's)."
-    import torch
-    from eagle3nb.drafter import load_drafter
-    d = load_drafter(final_dir)
-    d.load_state_dict(torch.load(ckpt, weights_only=False, map_location="cpu")["model"], strict=False)
-    return d.eval()
-
-
-@functools.cache   # one read of a run's metrics, however many of its checkpoints are scored
-def heldout_losses(run:Path) -> dict:
-    "`{step: held-out loss at step 0 of the chain}` from the run's metrics."
-    rows = [json.loads(x) for x in open(run/"train"/"metrics.jsonl")]
-    return {r["step"]: r["loss_k"][0] for r in rows if r.get("split") == "heldout" and r.get("loss_k")}
 
 
 def main():
@@ -43,21 +27,21 @@ def main():
     ap.add_argument("--batch_size", type=int, default=16)
     ap.add_argument("--out", default="runs/trend.json")
     a = ap.parse_args()
+    from eagle3nb.checkpoints import (checkpoint_drafter, checkpoint_facts, kept_checkpoints, score_drafter,
+                                      step_losses)
     from eagle3nb.core import read_json, read_jsonl
     from eagle3nb.drafter import load_drafter
-    from eagle3nb.replay import measure_replay, ngram_name, per_prompt_records
+    from eagle3nb.replay import measure_replay, ngram_name
     from eagle3nb.heldout import screen_drafter_heldout
     from eagle3nb.local import LocalEngine
     from eagle3nb.models import eos_ids, load_target
-    from eagle3nb.power import choose_k, power_block
     from eagle3nb.settings import pipeline_config
     runs = [(lab, Path(r)) for lab, r in (e.split("=", 1) if "=" in e else (Path(e).name, e) for e in a.run)]
     run, t0 = runs[0][1], time.time()
     recs = read_jsonl(a.prompts or run/"evaluate_prompts.jsonl")[:a.n]
     points = []
     for lab, r in runs:   # every kept checkpoint (the last is the final drafter), or the final drafter alone
-        cks = sorted((r/"train"/"checkpoints").glob("step-*.pt"))
-        points += [(lab, r, p) for p in cks] or [(lab, r, None)]
+        points += [(lab, r, p) for p in kept_checkpoints(r)] or [(lab, r, None)]
     for _, r, _ in points:   # every drafter: these prompts are none of its training conversations or near copies
         recs = screen_drafter_heldout(recs, r/"train"/"drafter", "trend prompts")[0]
     settings = [tuple(s) for s in pipeline_config().evaluate.ngram_settings]
@@ -73,25 +57,15 @@ def main():
     gname = max((ngram_name(s) for s in settings), key=lambda n: base["best"][n]["tokens_per_forward"])
     out = {"prompts": str(a.prompts or run/"evaluate_prompts.jsonl"), "n_prompts": len(ps),
            "max_new_tokens": a.max_new_tokens, "greedy": base["greedy"], "ngram_setting": gname, "points": []}
+    losses = {r: step_losses(r) for r in dict.fromkeys(r for _, r, _ in points)}   # one read a run
     for label, r, ck in points:
-        m = read_json(r/"train"/"manifest.json")
-        steps, secs, s_bt = m["counts"]["steps"], m["timings"]["seconds"], m["config"]["batch_tokens"]
-        if ck is None:
-            d, step = load_drafter(r/"train"/"drafter"), steps
-            minutes, loss = secs / 60, (m["final"].get("heldout") or {}).get("loss_k", [None])[0]
-        else:
-            import torch
-            d = ckpt_drafter(r/"train"/"drafter", ck)
-            step = torch.load(ck, weights_only=False, map_location="cpu")["step"]
-            minutes, loss = secs * step / steps / 60, heldout_losses(r).get(step)
+        step = ck[0] if ck else read_json(r/"train"/"manifest.json")["counts"]["steps"]
+        d = checkpoint_drafter(r/"train"/"drafter", ck[1]) if ck else load_drafter(r/"train"/"drafter")
         k_ttt = (read_json(r/"train"/"drafter"/"config.json").get("eagle3nb_train") or {}).get("ttt_steps") or ttt
-        res = measure_replay(model, d, ps, a.max_new_tokens, eos, range(1, 2 * k_ttt + 1), range(1, 21),
-                             outputs=base["runs"], ngram_settings=[tuple(map(int, gname[5:].split("-")))], named=True)
-        lines = per_prompt_records(res["per_prompt"], recs, "heldout", {"eagle3": "eagle3", "ngram": gname})
-        ks = {m: choose_k(lines, m) for m in ("eagle3", "ngram")}
-        p = power_block(lines, ks, a.max_new_tokens)
-        out["points"].append({"label": label, "run": str(r), "step": step, "train_tokens": step * s_bt,
-                              "cpu_minutes": round(minutes, 2), "heldout_loss": loss, **p})
+        p = score_drafter(model, d, recs, base["runs"], a.max_new_tokens, eos, range(1, 2 * k_ttt + 1),
+                          ngram_setting=tuple(map(int, gname[5:].split("-"))), which="heldout")
+        ks = p["k"]
+        out["points"].append({"label": label, "run": str(r), **checkpoint_facts(r, step, losses[r]), **p})
         print(f"{label:10s} step {step:5d}  eagle3 K={ks['eagle3']} {p['tokens_per_forward']['eagle3']:.3f} "
               f"{p['ci95']['eagle3']}  ngram K={ks['ngram']} {p['tokens_per_forward']['ngram']:.3f}  "
               f"ratio {p['ratio']:.3f} {p['ci95']['ratio']}  {p['verdict']}", flush=True)

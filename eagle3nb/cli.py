@@ -46,7 +46,10 @@ def run_cmd(config:Param("a TOML config of a real run (see configs/); without it
             fresh:Param("rerun every stage; capture and training start over "
                         "(generated samples are kept)", store_true)=False,
             plan:Param("print what the run will need (tokens, disk, memory, stages to run) and stop",
-                       store_true)=False):
+                       store_true)=False,
+            gpu_mem:Param("with --plan: memory of one GPU in GiB; the plan says how many such GPUs training needs",
+                          float)=None,
+            capture_tps:Param("with --plan: tokens a second the capture runs at, for its time", float)=20000):
     ("The main job: prepare → generate → validate → context → capture → train → evaluate → export → report.html "
      "(the embedded default without CONFIG).")
     from eagle3nb.core import STAGES
@@ -58,7 +61,7 @@ def run_cmd(config:Param("a TOML config of a real run (see configs/); without it
     st = [s.strip() for s in stages.split(",")] if stages else None
     bad = [s for s in st or [] if s not in STAGES]
     if bad: raise InputError(f"--stages {stages!r}: {bad} unknown; the stages are {', '.join(STAGES)}")
-    if plan: print("\n".join(plan_lines(pipeline_config(config, size, **ov), st, fresh)))
+    if plan: print("\n".join(plan_lines(pipeline_config(config, size, **ov), st, fresh, gpu_mem, capture_tps)))
     elif config is None: run_default(size or "small", fresh=fresh, stages=st, **ov)
     else: run_pipeline(pipeline_config(config, size, **ov), stages=st, fresh=fresh)
 
@@ -113,6 +116,7 @@ RENAMED_FLAGS = {
     "train": {"--layers": "--aux_layers", "--spool_dtype": "--dtype"},
     "evaluate": {"--prompts": "--prompts_file", "--limit": "--n_prompts", "--no_ngram": "--ngram false"},
     "export": {"--format": "--formats", "--speculative_tokens": "--k"},
+    "run": {"--gpu-mem": "--gpu_mem", "--capture-tps": "--capture_tps"},
     "prepare": {"--no_tools": "--tools false", "--keep_leading_assistant": "--drop_leading_assistant false"},
 }
 
@@ -262,6 +266,19 @@ def capture_cmd(run:Param("run directory (reads validate/ and context/ records, 
               f"SpecForge feature files to {specforge_dir}")
 
 # %% ../nbs/90_cli.ipynb #278fd5db
+def _select_as_main_job(run, c) -> dict:
+    "`select = \"tuning\"` from `eagle3nb train`: the main job's choice, on the tuning prompts its settings draw."
+    from dataclasses import asdict
+    from eagle3nb.core import read_json, read_manifest
+    from eagle3nb.pipeline import select_on_tuning
+    from eagle3nb.settings import pipeline_config
+    p = Path(run)/"pipeline_config.json"
+    if not p.exists():
+        raise InputError(f"{p}: no such file; --select tuning chooses on the tuning prompts the main job draws: run "
+                         "`eagle3nb run --set train.select=tuning`, or pass --select last")
+    select_on_tuning(run, pipeline_config(read_json(p), train=asdict(c)))
+    return read_manifest(Path(run)/"train")
+
 @call_parse
 def train_cmd(run:Param("run directory (reads capture/, or validate/ with --source online; writes train/)",
                         str)="runs/default",
@@ -284,6 +301,7 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
     m = train(run, c, **kw)
     sweep = train_vocab_sweep(run, c, **kw)
     if m is None: return
+    if c.select == "tuning": m = _select_as_main_job(run, c)
     print(train_summary(m))
     for s in sweep: print(f"  vocab sweep: {train_summary(s)}")
     print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")

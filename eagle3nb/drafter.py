@@ -14,8 +14,9 @@ from torch import nn
 from .core import InputError
 
 # %% auto #0
-__all__ = ['DrafterConfig', 'drafter_config', 'RMSNorm', 'Rotary', 'rotate', 'Attention', 'MLP', 'MidLayer', 'Drafter',
-           'ttt_attention', 'shift_left', 'causal_mask', 'target_tensor', 'target_embeddings', 'target_lm_head',
+__all__ = ['EMBED_NAMES', 'LM_HEAD_NAMES', 'NORM_NAMES', 'LAYER_PREFIXES', 'DrafterConfig', 'drafter_config', 'RMSNorm', 'Rotary',
+           'rotate', 'Attention', 'MLP', 'MidLayer', 'Drafter', 'ttt_attention', 'shift_left', 'causal_mask',
+           'safetensors_header', 'read_tensor', 'map_tensor', 'target_tensor', 'target_embeddings', 'target_lm_head',
            'init_from_last', 'new_drafter', 'save_drafter', 'load_drafter']
 
 # %% ../nbs/08_drafter.ipynb #bb032a59
@@ -51,8 +52,11 @@ def _rope_settings(cfg:dict) -> tuple:
     rp = cfg.get("rope_parameters") or {}
     theta = float(rp.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
     scaling = cfg.get("rope_scaling") or {k: v for k, v in rp.items() if k != "rope_theta"}
-    if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default": scaling = None
-    return theta, scaling
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "default": return theta, None
+    return theta, {"rope_type": kind, **{k: v for k, v in scaling.items() if k not in ("type", "rope_type")}}
+
+def _is_mla(c:dict) -> bool: return "head_dim" not in c and ("kv_lora_rank" in c or "qk_nope_head_dim" in c)
 
 def drafter_config(target_config:dict, # the target's config.json
                    draft_vocab_size:int, aux_layers:list, # HF hidden-state indices
@@ -63,9 +67,11 @@ def drafter_config(target_config:dict, # the target's config.json
     c = target_config.get("text_config", target_config)
     H, nh = int(c["hidden_size"]), int(c["num_attention_heads"])
     theta, scaling = _rope_settings(c)
+    if _is_mla(c): scaling = None   # MLA's rope is not a Llama layer's (see above)
+    head_dim = int(c.get("head_dim") or c.get("v_head_dim") or H // nh)
     return DrafterConfig(hidden_size=H, num_attention_heads=nh,
                          num_key_value_heads=int(c.get("num_key_value_heads") or nh),
-                         head_dim=int(c.get("head_dim") or H // nh), intermediate_size=int(c["intermediate_size"]),
+                         head_dim=head_dim, intermediate_size=int(c["intermediate_size"]),
                          vocab_size=int(c["vocab_size"]), draft_vocab_size=int(draft_vocab_size), target_hidden_size=H,
                          aux_layers_hf=[int(i) for i in aux_layers], rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)),
                          rope_theta=theta, rope_scaling=scaling,
@@ -160,7 +166,7 @@ class Drafter(nn.Module):
 def qkv(self:Drafter, input_ids, hidden, positions):
     "Rotated `(q, k, v)` `[B,heads,T,d]` and the residual for tokens `[B,T]`, fed states `[B,T,H]`, positions `[B,T]`."
     c, m = self.config, self.midlayer
-    e = m.input_layernorm(self.embed_tokens(input_ids))
+    e = m.input_layernorm(self.embed_tokens(input_ids).float())   # a bf16 table, widened as looked up
     if c.norm_before_residual: h = residual = m.hidden_norm(hidden)
     else: residual, h = hidden, m.hidden_norm(hidden)
     x = torch.cat([e, h], -1)
@@ -257,31 +263,89 @@ def ttt_forward(self:Drafter, input_ids, aux, lengths, steps:int) -> list:
     return states
 
 # %% ../nbs/08_drafter.ipynb #dacf3789
-def target_tensor(model_dir, *names):
-    "Read the first of `names` that the model directory's safetensors hold (one tensor, not the model)."
-    from safetensors import safe_open
+_ST_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+              "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+              "BOOL": torch.bool}
+
+def safetensors_header(path) -> tuple:
+    "`(header, data_start)`: a safetensors file's table (name → dtype, shape, data_offsets) and where its data starts."
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n)), 8 + n
+
+def _runs(rows:list) -> list:
+    "`(out_row, first_row, count)` of each run of consecutive ids in sorted, distinct `rows`."
+    runs = []
+    for i, r in enumerate(rows):
+        if runs and r == runs[-1][1] + runs[-1][2]: runs[-1][2] += 1
+        else: runs.append([i, r, 1])
+    return runs
+
+def read_tensor(path, name:str,
+                rows=None, # sorted, distinct ids of the rows to read (default: all of them)
+               ) -> torch.Tensor:
+    "Tensor `name` of a safetensors file (or its `rows`), read into the returned tensor: no map, no second copy."
+    head, start = safetensors_header(path)
+    if name not in head: raise InputError(f"{path}: no tensor {name!r}")
+    e = head[name]
+    shape, (a, b) = list(e["shape"]), e["data_offsets"]
+    row_bytes = (b - a) // max(1, shape[0])
+    if rows is None: runs, n = [[0, 0, shape[0]]], shape[0]
+    else:
+        rows = [int(r) for r in rows]
+        if any(y <= x for x, y in zip(rows, rows[1:])) or (rows and not 0 <= rows[0] <= rows[-1] < shape[0]):
+            raise InputError(f"{path}: rows of {name} must be sorted, distinct ids below {shape[0]}")
+        runs, n = _runs(rows), len(rows)
+    out = torch.empty([n, *shape[1:]], dtype=_ST_DTYPES[e["dtype"]])
+    buf = memoryview(out.view(-1).view(torch.uint8).numpy())
+    with open(path, "rb") as f:
+        for i, r, k in runs:
+            f.seek(start + a + r * row_bytes)
+            if f.readinto(buf[i * row_bytes:(i + k) * row_bytes]) != k * row_bytes:
+                raise InputError(f"{path}: {name} is cut short (the file is incomplete)")
+    return out
+
+def map_tensor(path, name:str) -> torch.Tensor:
+    "Tensor `name` of a safetensors file, mapped copy-on-write: its pages are read as they are used, never written."
+    import numpy as np
+    head, start = safetensors_header(path)
+    e = head[name]
+    dt = _ST_DTYPES[e["dtype"]]
+    a, b = e["data_offsets"]
+    raw = np.memmap(path, dtype=np.uint8, mode="c", offset=start + a, shape=(b - a,))
+    return torch.from_numpy(raw).view(dt).view(e["shape"])
+
+def target_tensor(model_dir, *names, rows=None,
+                  mapped:bool=False, # map the whole tensor (pages read as used) rather than read it
+                 ):
+    "The first of `names` the model directory's safetensors hold (found through its index), or only its `rows`."
     d = Path(model_dir)
     idx = d/"model.safetensors.index.json"
     where = json.loads(idx.read_text())["weight_map"] if idx.exists() else {}
     files = sorted(d.glob("*.safetensors"))
     for n in names:
-        for f in ([d/where[n]] if n in where else files):
-            with safe_open(str(f), framework="pt") as s:
-                if n in s.keys(): return s.get_tensor(n)
+        for f in ([d/where[n]] if n in where else [] if where else files):
+            if n in safetensors_header(f)[0]: return map_tensor(f, n) if mapped else read_tensor(f, n, rows)
     raise InputError(f"{d}: none of {list(names)} in its safetensors; is it a Hugging Face causal LM directory?")
 
 # %% ../nbs/08_drafter.ipynb #04141e5c
-def target_embeddings(model_dir): return target_tensor(model_dir, "model.embed_tokens.weight",
-                                                       "model.language_model.embed_tokens.weight")
+# the names a target's checkpoint gives these tensors: a causal LM's own, a multimodal wrapper's (transformers'
+# `model.language_model.*`; Kimi-K2.5's `language_model.model.*` and `language_model.lm_head`, DeepSeek-V3 inside)
+EMBED_NAMES = ("model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
+               "language_model.model.embed_tokens.weight")
+LM_HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight", *EMBED_NAMES)   # tied: the embeddings
+NORM_NAMES = ("model.norm.weight", "model.language_model.norm.weight", "language_model.model.norm.weight")
+LAYER_PREFIXES = ("model.layers.", "model.language_model.layers.", "language_model.model.layers.")
 
-def target_lm_head(model_dir): return target_tensor(model_dir, "lm_head.weight", "model.embed_tokens.weight",
-                                                    "model.language_model.embed_tokens.weight")
+def target_embeddings(model_dir, mapped:bool=False): return target_tensor(model_dir, *EMBED_NAMES, mapped=mapped)
+
+def target_lm_head(model_dir, rows=None): return target_tensor(model_dir, *LM_HEAD_NAMES, rows=rows)
 
 # %% ../nbs/08_drafter.ipynb #671ca834
 def init_from_last(d:Drafter, path, cfg:dict) -> list:
     "Copy the target's last decoder layer into the drafter's where shapes allow (attention's embedding half zero)."
     c = cfg.get("text_config", cfg)
-    pre = f"model.layers.{int(c['num_hidden_layers']) - 1}."
+    last = int(c['num_hidden_layers']) - 1
     H, m, copied = d.config.hidden_size, d.midlayer, []
     pairs = [(m.self_attn.o_proj.weight, "self_attn.o_proj.weight"), (m.mlp.gate_proj.weight, "mlp.gate_proj.weight"),
              (m.mlp.up_proj.weight, "mlp.up_proj.weight"), (m.mlp.down_proj.weight, "mlp.down_proj.weight"),
@@ -289,12 +353,12 @@ def init_from_last(d:Drafter, path, cfg:dict) -> list:
              (m.hidden_norm.weight, "input_layernorm.weight"), (d.norm.weight, "model.norm.weight")]
     pairs += [(getattr(m.self_attn, f"{n}_proj").weight[:, H:], f"self_attn.{n}_proj.weight") for n in "qkv"]
     for dst, name in pairs:
-        full = name if name.startswith("model.") else pre + name
-        try: t = target_tensor(path, full)
+        full = NORM_NAMES if name == "model.norm.weight" else [f"{p}{last}.{name}" for p in LAYER_PREFIXES]
+        try: t = target_tensor(path, *full)
         except InputError: continue
         if t.shape != dst.shape: continue
         dst.copy_(t.float())
-        copied.append(full)
+        copied.append(name)
         if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
             getattr(m.self_attn, name.split(".")[1]).weight[:, :H].zero_()
     return copied
@@ -315,8 +379,8 @@ def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
     torch.manual_seed(seed)
     d = Drafter(drafter_config(cfg, len(draft_ids), aux_layers, str(path), norm_before_residual, **norms))
     with torch.no_grad():
-        d.embed_tokens.weight.copy_(target_embeddings(path).float())
-        if init_lm_head == "target": d.lm_head.weight.copy_(target_lm_head(path).float()[draft_ids])
+        d.embed_tokens.weight = nn.Parameter(target_embeddings(path, mapped=True), requires_grad=False)   # frozen
+        if init_lm_head == "target": d.lm_head.weight.copy_(target_lm_head(path, rows=draft_ids.tolist()))
         if init_fc == "high":
             H = d.config.target_hidden_size
             d.fc.weight.mul_(0.1)

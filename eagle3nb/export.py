@@ -13,12 +13,14 @@ from .drafter import Drafter, DrafterConfig, load_drafter, target_embeddings
 from .models import hf_layer_ids, sglang_layer_ids
 
 # %% auto #0
-__all__ = ['llama_fields', 'export_sglang', 'export_speculators', 'load_export', 'ExportConfig', 'export']
+__all__ = ['llama_fields', 'engine_reads', 'read_mismatches', 'export_sglang', 'export_speculators', 'load_export',
+           'ExportConfig', 'export']
 
 # %% ../nbs/11_export.ipynb #10927546
-def llama_fields(c:DrafterConfig) -> dict:
-    "The one-layer Llama config of a drafter (what both engines build the layer from)."
-    rope = {"rope_type": "default", **(c.rope_scaling or {}), "rope_theta": c.rope_theta}
+def llama_fields(c:DrafterConfig, dtype:str="float32") -> dict:
+    "The one-layer Llama config of a drafter (what both engines build the layer from), its tensors stored in `dtype`."
+    scaling = {k: v for k, v in (c.rope_scaling or {}).items() if k != "type"}   # one name for the rope type
+    rope = {"rope_type": "default", **scaling, "rope_theta": c.rope_theta}
     return {"model_type": "llama", "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
             "num_hidden_layers": 1, "num_attention_heads": c.num_attention_heads,
             "num_key_value_heads": c.num_key_value_heads,
@@ -27,7 +29,61 @@ def llama_fields(c:DrafterConfig) -> dict:
             "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta, "rope_scaling": c.rope_scaling,
             "rope_parameters": rope,
             "vocab_size": c.vocab_size, "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-            "torch_dtype": "float32"}
+            "torch_dtype": dtype}
+
+# %% ../nbs/11_export.ipynb #a33b0004
+_LAYER = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
+          "draft_vocab_size", "target_hidden_size", "aux_layers_hf", "rms_norm_eps", "rope_theta", "rope_scaling",
+          "max_position_embeddings", "hidden_act", "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+
+def _rope_read(l:dict) -> tuple:
+    "vLLM's reading of a layer config's rope: `(theta, scaling or None)`; a `type`/`rope_type` conflict refused."
+    rp = dict(l.get("rope_parameters") or {**(l.get("rope_scaling") or {}), "rope_theta": l.get("rope_theta", 1e4)})
+    if "type" in rp and rp.setdefault("rope_type", rp["type"]) != rp["type"]:
+        raise InputError(f"rope_parameters: rope_type={rp['rope_type']!r} but type={rp['type']!r}; vLLM refuses "
+                         "the conflict (transformers_utils/config.py:572-584)")
+    kind = rp.get("rope_type", "default")
+    rest = {k: v for k, v in rp.items() if k not in ("type", "rope_type", "rope_theta")}
+    return float(rp.get("rope_theta", 1e4)), ({"rope_type": kind, **rest} if kind != "default" else None)
+
+def engine_reads(cfg:dict) -> dict:
+    "The drafter an engine's loader builds from an exported config.json (vLLM for speculators, SGLang otherwise)."
+    spec = cfg.get("speculators_model_type") == "eagle3"
+    l = cfg["transformer_layer_config"] if spec else cfg
+    H, nh = l["hidden_size"], l["num_attention_heads"]
+    out = dict(engine="vllm" if spec else "sglang", layers=l.get("num_hidden_layers", 1), hidden_size=H,
+               num_attention_heads=nh, num_key_value_heads=l.get("num_key_value_heads", nh),
+               head_dim=l.get("head_dim") or H // nh, intermediate_size=l["intermediate_size"],
+               vocab_size=l["vocab_size"], draft_vocab_size=cfg.get("draft_vocab_size") or l["vocab_size"],
+               target_hidden_size=cfg.get("target_hidden_size") or H, rms_norm_eps=l["rms_norm_eps"],
+               max_position_embeddings=l.get("max_position_embeddings", 8192), hidden_act=l["hidden_act"],
+               bias=bool(l.get("attention_bias") or l.get("mlp_bias") or cfg.get("bias")))
+    if spec:
+        out["rope_theta"], out["rope_scaling"] = _rope_read(l)
+        out["aux_layers_hf"] = list(cfg.get("eagle_aux_hidden_state_layer_ids") or [])
+        out["norm_before_residual"] = cfg.get("norm_before_residual", True)
+        out.update({n: cfg.get(n, False) for n in ("norm_before_fc", "fc_norm", "norm_output")})
+        out["lm_head_own"] = True
+    else:
+        out["rope_theta"], sc = float(l.get("rope_theta", 1e4)), l.get("rope_scaling")
+        out["rope_scaling"] = ({"rope_type": sc.get("rope_type", sc.get("type")),
+                                **{k: v for k, v in sc.items() if k not in ("type", "rope_type")}} if sc else None)
+        out["aux_layers_hf"] = hf_layer_ids(cfg.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids") or [])
+        out.update(norm_before_residual=False, norm_before_fc=False, fc_norm=False, norm_output=False,
+                   lm_head_own=not l.get("tie_word_embeddings", False) and cfg.get("draft_vocab_size") is not None)
+    return out
+
+def read_mismatches(c:DrafterConfig, reads:dict) -> list:
+    "Where an engine's reading (`engine_reads`) differs from the drafter: `field: engine reads X, drafter has Y`."
+    want = {**{n: getattr(c, n) for n in _LAYER}, "layers": 1, "bias": False, "lm_head_own": True}
+    return [f"{n}: {reads['engine']} reads {reads[n]!r}, the drafter has {v!r}" for n, v in want.items()
+            if reads[n] != v]
+
+def _checked(c:DrafterConfig, cfg:dict) -> dict:
+    "`cfg`, once its engine reads it as `c`; else refused, naming each field."
+    if bad := read_mismatches(c, engine_reads(cfg)):
+        raise InputError("the exported config.json would be read as a different drafter: " + "; ".join(bad))
+    return cfg
 
 # %% ../nbs/11_export.ipynb #e9fcac7d
 def _layer_tensors(d:Drafter, prefix:str) -> dict:
@@ -35,6 +91,8 @@ def _layer_tensors(d:Drafter, prefix:str) -> dict:
     sd = {k: v.detach().contiguous().cpu() for k, v in d.state_dict().items() if not k.startswith("rotary.")}
     return {(prefix + k[len("midlayer."):] if k.startswith("midlayer.") else k): v
             for k, v in sd.items() if k != "embed_tokens.weight"}
+
+def _dtype(d:Drafter) -> str: return str(d.fc.weight.dtype).removeprefix("torch.")
 
 def _write(out_dir, config:dict, tensors:dict) -> Path:
     from safetensors.torch import save_file
@@ -58,13 +116,14 @@ def export_sglang(d:Drafter, out_dir) -> Path:
         raise InputError(f"this drafter was trained with EAGLE-3.1's {', '.join(on)}, which SGLang's "
                          "LlamaForCausalLMEagle3 does not implement (no norm before fc, the raw state fed back); "
                          "export --formats speculators for vLLM, which reads them")
-    cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c), "draft_vocab_size": c.draft_vocab_size,
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c, _dtype(d)),
+           "draft_vocab_size": c.draft_vocab_size,
            "target_hidden_size": c.target_hidden_size,
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_layer_ids(c.aux_layers_hf),
                             "use_aux_hidden_state": True},
            "norm_before_residual": c.norm_before_residual, "norm_output": False, "fc_norm": False,
            "eagle3nb": {"target": c.target, "aux_layers_hf": c.aux_layers_hf}}
-    return _write(out_dir, cfg, _layer_tensors(d, "midlayer."))
+    return _write(out_dir, _checked(c, cfg), _layer_tensors(d, "midlayer."))
 
 # %% ../nbs/11_export.ipynb #79ce4754
 def export_speculators(d:Drafter, out_dir,
@@ -75,7 +134,7 @@ def export_speculators(d:Drafter, out_dir,
     vcfg = Path(c.target)/"config.json" if c.target else None
     verifier = json.loads(vcfg.read_text()) if vcfg and vcfg.exists() else {}
     cfg = {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
-           "transformer_layer_config": llama_fields(c),
+           "transformer_layer_config": llama_fields(c, _dtype(d)),
            "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
                                   "proposal_methods": [{"proposal_type": "greedy",
                                                         "speculative_tokens": int(speculative_tokens),
@@ -86,13 +145,13 @@ def export_speculators(d:Drafter, out_dir,
            "eagle_aux_hidden_state_layer_ids": list(c.aux_layers_hf),
            "norm_before_residual": c.norm_before_residual, "norm_before_fc": c.norm_before_fc, "fc_norm": c.fc_norm,
            "norm_output": c.norm_output,
-           "embed_requires_grad": False, "torch_dtype": "float32"}
+           "embed_requires_grad": False, "torch_dtype": _dtype(d)}
     t = _layer_tensors(d, "layers.0.")
     t["embed_tokens.weight"] = d.embed_tokens.weight.detach().contiguous().cpu()
     if c.draft_vocab_size == c.vocab_size:
         t.pop("d2t")
         t.pop("t2d")   # readers have no vocabulary map for a full vocabulary
-    return _write(out_dir, cfg, t)
+    return _write(out_dir, _checked(c, cfg), t)
 
 # %% ../nbs/11_export.ipynb #c4083e94
 def load_export(path,

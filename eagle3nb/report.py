@@ -65,7 +65,17 @@ def train_summary(m:dict) -> str:
             f"({m['counts']['heldout_records']} held out) in {m['timings']['seconds']} s; draft vocab {v['size']} "
             f"(coverage {v['coverage']:.3f}); {h.get('split', '')} acc_k {h.get('acc_k')}, "
             f"tau_walk {h.get('tau_walk')} over {h.get('walk_records', 0)} greedy answers "
-            f"(K={m['config']['ttt_steps']} chain)")
+            f"(K={m['config']['ttt_steps']} chain)" + _kept(m.get("select")))
+
+def _kept(sel:dict|None) -> str:
+    "What `[train] select = \"tuning\"` kept: the step and its score on the tuning prompts, beside the last step's."
+    if not sel: return ""
+    by = {q["step"]: q for q in sel["points"]}
+    q, last = by[sel["kept_step"]], sel["points"][-1]
+    lo, hi = q["ci95"]
+    return (f"; kept step {q['step']} of {len(by)} checkpoints by {q['tokens_per_forward']:.3f} tokens/forward "
+            f"(95% {lo:.3f}–{hi:.3f}) at K={sel['k']} on {sel['n_prompts']} tuning prompts (step {last['step']}: "
+            f"{last['tokens_per_forward']:.3f})")
 
 # %% ../nbs/12a_report.ipynb #9e4dc3c6
 NO_INTERVAL = "no interval (measured at T > 0, or by an older eagle3nb): no verdict"

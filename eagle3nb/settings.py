@@ -187,6 +187,13 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
     if ctx and not c.context.replies and c.train.loss_positions != "all":
         raise InputError("[context] n_prompts without replies trains on prompt positions only: it needs "
                          "[train] loss_positions = \"all\" (or set [context] replies = true, or n_prompts = 0)")
+    e = c.evaluate
+    if c.train.select == "tuning" and not (e.tuning_n_prompts and e.sealed_n_prompts and not e.temperature):
+        raise InputError("[train] select = \"tuning\" chooses on the tuning prompts, and this run draws none: set "
+                         "[evaluate] tuning_n_prompts above 0 (drawn beside the sealed ones: sealed_n_prompts above 0 "
+                         "and temperature 0 too), or [train] select = \"last\"")
+    try: c.train.check()   # [train]'s own checks (select, keep_checkpoints, ...), before any stage runs
+    except InputError as err: raise InputError(f"[train] {err}") from None
     return c
 
 # %% ../nbs/12_settings.ipynb #e12bc24c

@@ -11,7 +11,9 @@ import torch
 from .core import (InputError, JsonlReader, manifest_config, read_manifest, stage_dir, write_jsonl_atomic,
                            write_manifest)
 from .capture import CaptureConfig, dist_env
-from .drafter import Drafter, new_drafter, save_drafter, shift_left, target_lm_head
+from .drafter import (EMBED_NAMES, Drafter, drafter_config, new_drafter, safetensors_header, save_drafter,
+                              shift_left, target_lm_head)
+from .memory import OPTIM_STATES, AdamWBf16, available_memory, check_fits, train_memory
 from .sources import (Batch, DraftVocab, OfflineSource, OnlineSource, draft_vocab, loss_positions_mask,
                               plan_batches)
 from .stream import StreamSource
@@ -21,7 +23,7 @@ from .metrics import (STAT_KEYS, add_counts, add_stats, plot_training, summarize
 # %% auto #0
 __all__ = ['BF16', 'run_of_ones', 'chain_slots', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'native_bf16',
            'use_bf16', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint',
-           'walk_ids', 'train', 'sweep_run', 'train_vocab_sweep']
+           'walk_ids', 'optimizer', 'target_bytes', 'step_memory', 'train', 'sweep_run', 'train_vocab_sweep']
 
 # %% ../nbs/09_train.ipynb #b8768004
 def run_of_ones(mask):
@@ -41,23 +43,34 @@ def chain_slots(loss_mask, k:int):
 class Teacher:
     "The target's next-token distribution from post-norm final states, via its `lm_head` only."
     def __init__(self, lm_head_weight, draft_ids:list, chunk:int=1024):
-        self.W = lm_head_weight.float()
+        self.W = lm_head_weight     # in its own dtype (bf16: half of float32), widened a block of rows at a time
         self.ids = torch.as_tensor(draft_ids, dtype=torch.long, device=self.W.device)
-        self.Wd, self.chunk, self.memo = self.W[self.ids], chunk, {}
+        self.Wd, self.chunk, self.memo = self.W[self.ids], chunk, {}   # the draft rows, in W's dtype too
         self.t2d = torch.zeros(self.W.shape[0], dtype=torch.bool, device=self.W.device)
         self.t2d[self.ids] = True
     def logp(self, final_rows):
         "Log-probabilities over the draft vocabulary `[M, N]` for final states `[M, H]`."
-        return torch.log_softmax(final_rows @ self.Wd.T, -1)
+        logits = torch.cat([final_rows @ w.float().T for w in self.Wd.split(8192)], -1)   # float32, a block at a time
+        return torch.log_softmax(logits, -1)
     def argmax(self, batch) -> torch.Tensor:
         "The full-vocabulary argmax at every position of `batch` `[B, T]`, computed once per record id."
         out = torch.zeros(batch.final.shape[:2], dtype=torch.long)
         for b, (rid, n) in enumerate(zip(batch.ids, batch.lengths)):
             if rid not in self.memo:   # kept on the CPU as int32: 4 bytes a token, off the training device
-                args = [(c @ self.W.T).argmax(-1) for c in batch.final[b, :n].split(self.chunk)]
+                args = [self._argmax(c) for c in batch.final[b, :n].split(self.chunk)]
                 self.memo[rid] = torch.cat(args).to("cpu", torch.int32)
             out[b, :n] = self.memo[rid]
         return out.to(batch.final.device)
+    def _argmax(self, rows, block:int=16384):
+        "The full-vocabulary argmax of final states `[M, H]`, over `block` rows of `W` at a time (in float32)."
+        best, arg = None, None
+        for a in range(0, self.W.shape[0], block):
+            v, j = (rows.float() @ self.W[a:a + block].float().T).max(-1)
+            if best is None: best, arg = v, j
+            else:
+                win = v > best
+                best, arg = torch.where(win, v, best), torch.where(win, j + a, arg)
+        return arg
 
 # %% ../nbs/09_train.ipynb #c78e1f64
 @dataclass
@@ -172,6 +185,7 @@ class TrainConfig:
     eval_batches: int | None = None  # held-out batches per evaluation (default: every held-out record)
     ckpt_every: int = 100  # checkpoint every N steps
     keep_checkpoints: int = 2  # checkpoints kept, the newest (0: every one, to score the drafter along the run)
+    select: str = "last"  # the final drafter: last (its last step) or tuning (the kept step best on tuning prompts)
     log_every: int = 10  # log train metrics every N steps
     seed: int = 0  # model init, batch order and held-out split
     source: str = "offline"  # offline (captured shards), online (the target in the loop), stream ([capture] urls)
@@ -185,6 +199,7 @@ class TrainConfig:
     norm_output: bool = False  # EAGLE-3.1: feed the normed state to the next step
     loss_positions: str = "labels"  # labels: the loss mask; all: every position (prompts too, the target's soft labels)
     loss_chunk: int | None = 1024  # loss rows per chunk, logits recomputed in backward (memory ∝ chunk·N); 0: unchunked
+    optim_state: str = "float32"  # AdamW's moments: float32, or bfloat16 (half the optimizer's bytes; see 08d_memory)
     bf16: str = "gpu"  # bf16 autocast: gpu (there only; fp32 on CPU), auto (GPU or CPU with bf16 units), always, never
     spool_gb: float = 4.0  # source stream: the most the spool (run/spool) holds at once, requests in flight included
     keep_spool: bool = False  # source stream: keep the states (the spool becomes an offline capture), not delete them
@@ -201,12 +216,18 @@ class TrainConfig:
             raise InputError(f"init_layer={self.init_layer!r}: use random or target")
         if self.norm_before_fc and self.fc_norm:
             raise InputError("norm_before_fc and fc_norm exclude each other: set one of them")
+        if self.optim_state not in OPTIM_STATES:
+            raise InputError(f"optim_state={self.optim_state!r}: use one of {', '.join(OPTIM_STATES)}")
         if self.bf16 not in BF16: raise InputError(f"bf16={self.bf16!r}: use one of {', '.join(BF16)}")
         if self.loss_positions not in ("labels", "all"):
             raise InputError(f"loss_positions={self.loss_positions!r}: use labels or all")
         if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
         if (self.loss_chunk or 0) < 0: raise InputError(f"loss_chunk={self.loss_chunk}: use 0 (unchunked) or more")
         if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
+        if self.select not in ("last", "tuning"): raise InputError(f"select={self.select!r}: use last or tuning")
+        if self.select == "tuning" and self.keep_checkpoints == 1:
+            raise InputError("select='tuning' with keep_checkpoints=1 keeps only the last step: nothing to choose "
+                             "from; set keep_checkpoints to 0 (every one) or 2 or more")
         return self
 
 # %% ../nbs/09_train.ipynb #1d1184a7
@@ -244,13 +265,10 @@ def train_step(drafter, opt, batch:Batch|None, teacher, cfg:TrainConfig) -> list
             raise FloatingPointError(f"non-finite loss {float(loss)} on records {batch.ids[:4]}")
         loss.backward()
     else: stats = [dict.fromkeys(STAT_KEYS, 0) for _ in range(K)]
-    for p in params:
+    for p in params:   # summed over processes one tensor at a time: no flat copy of every gradient
         if p.grad is None: p.grad = torch.zeros_like(p)
-    flat = _allreduce(torch.cat([p.grad.flatten() for p in params]))
-    o = 0
-    for p in params:
-        p.grad.copy_(flat[o:o + p.numel()].view_as(p))
-        o += p.numel()
+        r = _allreduce(p.grad)
+        if r is not p.grad: p.grad.copy_(r)
     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     opt.step()
     g = _allreduce(torch.tensor([[float(s[n]) for n in STAT_KEYS] for s in stats], dtype=torch.float64))
@@ -303,7 +321,7 @@ def latest_checkpoint(ckpt_dir) -> Path|None:
 
 # %% ../nbs/09_train.ipynb #f7dac218
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every", "keep_checkpoints")
-_HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency",  # how, not what
+_HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency", "select",  # how, not what
              "vocab_sweep")   # the other drafters of a sweep, not this one
 _RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
 
@@ -353,6 +371,35 @@ def _source(run:Path, cfg:TrainConfig, target, aux_layers, records, capture:Capt
         return StreamSource(run, records or run/"validate"/"records.jsonl", target, cfg, aux_layers, k.urls, k.dtype)
     return OnlineSource(records or run/"validate"/"records.jsonl", target, aux_layers)
 
+# %% ../nbs/09_train.ipynb #70b5f3a4
+def optimizer(params:list, cfg:TrainConfig):
+    "AdamW over `params`, its moments in `cfg.optim_state` (float32: torch's own; bfloat16: `AdamWBf16`)."
+    if cfg.optim_state == "bfloat16": return AdamWBf16(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+def target_bytes(model_dir) -> int:
+    "Bytes of one value of the target's embedding, as its checkpoint stores it (bf16: 2), read from a header."
+    d = Path(model_dir)
+    idx = d/"model.safetensors.index.json"
+    files = ([d/f for n, f in json.loads(idx.read_text())["weight_map"].items() if n in EMBED_NAMES] if idx.exists()
+             else sorted(d.glob("*.safetensors")))
+    for f in files:
+        e = next((h for n, h in safetensors_header(f)[0].items() if n in EMBED_NAMES), None)
+        if e: return {"F32": 4, "F64": 8}.get(e["dtype"], 2)
+    return 4
+
+def step_memory(target, cfg:TrainConfig, aux_layers:list, device="cpu", world:int=1,
+                tokens:int|None=None, # this process's padded tokens (default: its share of `cfg.batch_tokens`)
+               ) -> dict:
+    "What one training process will hold (`train_memory`), from the target's config.json alone."
+    tc = json.loads((Path(target)/"config.json").read_text())
+    V = int(tc.get("text_config", tc)["vocab_size"])
+    c = drafter_config(tc, cfg.draft_vocab_size or min(32000, V), aux_layers, norm_before_fc=cfg.norm_before_fc,
+                       fc_norm=cfg.fc_norm)
+    return train_memory(c, tokens or cfg.batch_tokens // world, cfg.ttt_steps, cfg.optim_state,
+                        use_bf16(cfg.bf16, device), cfg.loss_chunk, target_bytes(target),
+                        embed_mapped=torch.device(device).type == "cpu")   # new_drafter maps it; .to(gpu) copies
+
 # %% ../nbs/09_train.ipynb #e981c5f3
 def _check_data(prev:dict|None, now:dict, where):
     "Refuse to resume on records other than the checkpoint's (a checkpoint without a fingerprint is not checked)."
@@ -368,7 +415,7 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
     V = int(tgt_cfg.get("text_config", tgt_cfg)["vocab_size"])
     ck = latest_checkpoint(ckdir)
     if ck is not None:
-        state = torch.load(ck, weights_only=False, map_location="cpu")
+        state = torch.load(ck, weights_only=False, map_location="cpu", mmap=True)   # read as copied, not twice
         _check_resume(state["config"], cfg, ck)
         _check_data(state.get("data"), src.fingerprint(), ck)
         vocab = DraftVocab(**state["vocab"])
@@ -377,8 +424,7 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
     drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
                           cfg.seed, cfg.init_fc, cfg.init_layer, norm_before_fc=cfg.norm_before_fc,
                           fc_norm=cfg.fc_norm, norm_output=cfg.norm_output).to(device)
-    opt = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay)
+    opt = optimizer([p for p in drafter.parameters() if p.requires_grad], cfg)
     if state is None: return vocab, drafter, opt, 0
     drafter.load_state_dict(state["model"], strict=False)
     opt.load_state_dict(state["optimizer"])
@@ -452,6 +498,10 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     device = _device(rank, device)
     torch.manual_seed(cfg.seed)
     src = _source(run, cfg, target, aux_layers, records, capture)
+    lens = [n for _, n in src.items()]   # a batch never pads more tokens than the records hold, whatever its budget
+    tokens = -(-min(cfg.batch_tokens, len(lens) * max(lens, default=1)) // world)
+    check_fits(step_memory(src.target, cfg, src.aux_layers, device, world, tokens), available_memory(device),
+               f"each of {world} processes" if world > 1 else "this process")   # before anything is loaded
     out, ckdir = stage_dir(run, "train"), run/"train"/"checkpoints"
     if fresh and rank == 0: _clear_checkpoints(ckdir)
     plan = plan_batches(src, cfg)   # the plan every source is asked in: offline, online and streamed alike
@@ -497,6 +547,8 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
         bar.close()
         if log: log.close()
         src.close()
+    opt.state.clear()                      # the last checkpoint holds them: not kept while the drafter is written
+    drafter.zero_grad(set_to_none=True)
     if rank != 0: return None
     counts = {"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids),
               "walked_records": len(walkable), "steps": step,

@@ -22,6 +22,9 @@ echo "== ruff check (one statement a line, lines of at most 120 characters; conf
 $V/ruff check nbs eagle3nb tests bench scripts
 echo "== the house: lessons after exports, names shown on their page, long prose (targets in the script) =="
 $V/python scripts/house_measures.py --check
+# One thread a process: two workers share the two cores, and a tiny model gains nothing from a second thread of its own
+# (two workers of two threads each spent ~10 % of the CPU switching between them; measured in the house issue's note)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 echo "== nbdev_test (default tier; NBDEV_TEST_FLAGS=slow adds the notebooks' SmolLM2 cells) =="
 $V/nbdev_test --n_workers 2 --timing ${NBDEV_TEST_FLAGS:+--flags "$NBDEV_TEST_FLAGS"}
 # Two workers: while one test waits on a subprocess, a server or a tokenizer load, the other computes (measured in

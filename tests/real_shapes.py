@@ -25,3 +25,67 @@ KIMI_K25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": 
 
 # shipped config → its target's config.json (the configs name /models/... paths that do not exist here)
 TARGETS = {"configs/qwen3-8b-sglang.toml": QWEN3_8B, "configs/kimi-k2.5-sglang.toml": KIMI_K25}
+
+# the names each target's checkpoint gives the tensors a drafter reads (Kimi-K2.5: the multimodal wrapper's
+# `language_model.` prefix around a DeepSeek-V3 causal LM, as its model.safetensors.index.json lists them)
+NAMES = {"qwen3": {"embed": "model.embed_tokens.weight", "lm_head": "lm_head.weight", "norm": "model.norm.weight"},
+         "kimi_k25": {"embed": "language_model.model.embed_tokens.weight", "lm_head": "language_model.lm_head.weight",
+                      "norm": "language_model.model.norm.weight"}}
+
+
+def _random_bf16(shape, seed):
+    "A bf16 tensor of `shape`, N(0, 0.02), filled a block of rows at a time (never a float32 copy of it all)."
+    import torch
+    g, out = torch.Generator().manual_seed(seed), torch.empty(shape, dtype=torch.bfloat16)
+    for a in range(0, shape[0], 8192):
+        out[a:a + 8192] = torch.randn((min(8192, shape[0] - a), *shape[1:]), generator=g).mul_(0.02)
+    return out
+
+
+def write_target(d, config:dict):
+    """A target model directory at `config`'s true shape: config.json and a sharded bf16 checkpoint holding only what
+    a drafter reads (embedding, lm_head, final norm), one shard each, with `model.safetensors.index.json`."""
+    import json, torch
+    from pathlib import Path
+    from safetensors.torch import save_file
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    (d/"config.json").write_text(json.dumps(config, indent=1))
+    c = config.get("text_config", config)
+    V, H = int(c["vocab_size"]), int(c["hidden_size"])
+    names = NAMES[config["model_type"]]
+    tensors = {"embed": (V, H), "lm_head": (V, H), "norm": (H,)}
+    weight_map, total = {}, 0
+    for k, (part, shape) in enumerate(tensors.items()):
+        t = _random_bf16(shape, k) if part != "norm" else torch.ones(shape, dtype=torch.bfloat16)
+        f = f"model-{k + 1:05d}-of-{len(tensors):05d}.safetensors"
+        save_file({names[part]: t}, str(d/f), metadata={"format": "pt"})
+        weight_map[names[part]], total = f, total + t.numel() * 2
+        del t
+    (d/"model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                              "weight_map": weight_map}, indent=1))
+    return d
+
+
+def write_capture(run, target, config:dict, n_records:int=6, length:int=128, seed:int=0):
+    """`run/capture` as `eagle3nb capture` writes it: `n_records` records of `length` tokens, random bf16 hidden states
+    of the target's width (3 aux + final), random token ids, the second half of each record its answer."""
+    import torch
+    from pathlib import Path
+    from eagle3nb.capture import ShardWriter, default_aux_layers, shard_rows
+    from eagle3nb.core import write_jsonl_atomic, write_manifest
+    c = config.get("text_config", config)
+    V, H, L = int(c["vocab_size"]), int(c["hidden_size"]), int(c["num_hidden_layers"])
+    aux_layers, out = default_aux_layers(L), Path(run)/"capture"
+    g = torch.Generator().manual_seed(seed)
+    w = ShardWriter(out/"shards", "r0", "bfloat16")
+    for i in range(n_records):
+        ids = torch.randint(0, V, (length,), generator=g).tolist()
+        w.add(f"rec{i}", torch.randn(length, 3 * H, generator=g), torch.randn(length, H, generator=g), ids,
+              [0] * (length // 2) + [1] * (length - length // 2))
+    w.flush()
+    write_jsonl_atomic(out/"index.jsonl", shard_rows(out/"shards"))
+    write_manifest(out, "capture", config={"target": str(target), "aux_layers_hf": aux_layers, "hidden_size": H,
+                                           "num_layers": L, "dtype": "bfloat16"},
+                   counts={"records": n_records, "captured": n_records, "tokens": n_records * length})
+    return aux_layers

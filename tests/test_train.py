@@ -182,7 +182,7 @@ def test_acc_k_counts_out_of_vocabulary_targets_as_misses(captured):
     with torch.no_grad():
         _, st = ttt_loss(d, b, plan_steps(b, teacher, 1))
         draft = d.to_target_ids(d.logits(d.ttt_forward(b.input_ids, b.aux, b.lengths, 1)[0]).argmax(-1))
-    want = (b.final @ teacher.W.T).argmax(-1)                              # the target's next token at each position
+    want = (b.final @ teacher.W.float().T).argmax(-1)                      # the target's next token at each position
     slots = chain_slots(b.loss_mask, 0)
     right = (draft[:, :-1] == want[:, 1:])[slots[:, :-1]]                  # slot p drafts x[p+2], the argmax at p+1
     in_vocab = teacher.t2d[want[:, 1:][slots[:, :-1]]]
@@ -245,7 +245,7 @@ def test_teacher_argmax_memo_is_cpu_int32_and_unchanged(captured):
     b = src.batch(["g1", "g2", "g5"])
     teacher = Teacher(target_lm_head(src.target), list(range(512)), chunk=16)
     first, again = teacher.argmax(b), teacher.argmax(b)
-    want = (b.final @ teacher.W.T).argmax(-1)
+    want = (b.final @ teacher.W.float().T).argmax(-1)
     for i, n in enumerate(b.lengths): assert torch.equal(first[i, :n], want[i, :n]) and not first[i, n:].any()
     assert torch.equal(first, again) and first.dtype == torch.long
     assert {(m.dtype, m.device.type) for m in teacher.memo.values()} == {(torch.int32, "cpu")}
