@@ -8,11 +8,14 @@ __all__ = ['RENAMED_FLAGS', 'COMMANDS', 'run_cmd', 'config_options', 'check_flag
            'command_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #c7f0a55d
-import argparse, inspect, sys, typing
+import argparse, inspect, os, sys, typing
 from dataclasses import MISSING, fields
 from pathlib import Path
 from fastcore.docments import docments
 from fastcore.script import Param, call_parse, store_true
+# large CPU tensors on 2 MB pages, PyTorch's own switch (read at its first large allocation): a Kimi-K2.5-shaped
+# training process spent 82 s of its 110 in the kernel, mostly page faults; 58 of 92 with it (measured in #34's note)
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 from .core import InputError
 from .report import (capture_summary, context_summary, generate_summary, prepare_summary, train_summary,
                              validate_summary)

@@ -82,13 +82,13 @@ def test_reads_by_name_only_the_draft_rows(real):
 
 
 def _sample(ck) -> dict:
-    "Each model tensor of a checkpoint at 65,536 fixed positions (float64), and its sum: small enough to keep."
+    "Each model tensor of a checkpoint at 65,536 fixed positions (float64): small enough to keep."
     sd = torch.load(ck, map_location="cpu", weights_only=False, mmap=True)["model"]
     out = {}
     for k, v in sd.items():
         flat = v.reshape(-1)
         at = torch.randint(0, flat.numel(), (min(65536, flat.numel()),), generator=torch.Generator().manual_seed(0))
-        out[k] = (flat[at].double(), flat.double().sum().item())
+        out[k] = (flat[at].double(),)
     return out
 
 
@@ -163,18 +163,22 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     assert [r["step"] for r in b] == [1, 2]
     for x, y in zip(a, b):   # the losses of step 1 and of step 2 (after the resumed weights and optimizer)
         assert all(abs(u - v) <= 1e-3 * max(1, abs(u)) for u, v in zip(x["loss_k"], y["loss_k"])), (x, y)
-    # the weights after the resumed step 2 equal the uninterrupted run's bit for bit, as in the tiny float32 resume of
-    # tests/test_train.py: the checkpoint holds the weights, AdamW's state and the data order, and the CPU kernels at
-    # one thread count are deterministic, bf16 autocast included (a lost or doubled step would move most weights by
-    # about the learning rate)
+    # the weights after the resumed step 2 equal the uninterrupted run's but where a gradient's sign is noise: the
+    # checkpoint holds the weights, AdamW's state and the data order. AdamW's first steps move every weight by about
+    # the warmed-up learning rate whatever its gradient's size, so a lost or doubled step moves most weights, while
+    # a sum taken in another order flips the sign of a near-zero gradient now and then and moves that one weight by
+    # a whole step (3.3e-6 once in Qwen3-8B's sample, at two threads; nothing in most runs)
+    n = sum(want[k][0].numel() for k in want)
+    off = sum(((got[k][0] - want[k][0]).abs() > 1e-7).sum().item() for k in want)
     diff = max((got[k][0] - want[k][0]).abs().max().item() for k in want)
-    assert sorted(got) == sorted(want) and diff == 0.0 and all(got[k][1] == want[k][1] for k in want), diff
+    assert sorted(got) == sorted(want) and off <= n * 1e-4, (off, n, diff)
     plan = _plan_need(real, cfg.optim_state, BATCH)                  # what `eagle3nb run CONFIG --plan` prints
     assert abs(plan - step_memory(real["target"], cfg, real["aux"], "cpu")["total"]) < 0.01 * GiB
     with capsys.disabled():
         print(f"\nreal-shape {real['config']}: plan {plan / GiB:.2f} GiB, measured peak RSS {peak / GiB:.2f} GiB "
               f"(optim_state {cfg.optim_state}; float32 AdamW would need {need['float32']['total'] / GiB:.2f} GiB; "
-              f"{BATCH} tokens a step; the resumed weights equal the uninterrupted run's)")
+              f"{BATCH} tokens a step; the resumed weights equal the uninterrupted run's at {n - off:,} of {n:,} "
+              f"sampled, the largest difference {diff:.1e})")
     assert abs(plan - peak) <= 0.25 * peak, (plan, peak)
 
 

@@ -7,6 +7,7 @@ from conftest import SPEC_K as K, SPEC_MAX_TOKENS
 from eagle3nb.vllm_check import vllm_check
 
 @pytest.mark.vllm
+@pytest.mark.xdist_group("vllm-spec")   # on the worker of tests/test_vllm_spec.py: one spec-decode server
 def test_vllm_counters_beside_eagle3nb(vllm_spec_check):
     res, row = vllm_spec_check["result"], vllm_spec_check["row"]
     v, n = res["vllm"], len(vllm_spec_check["cases"])
