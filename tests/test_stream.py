@@ -75,11 +75,11 @@ class FakeServer:
         self.http.shutdown()
         self.http.server_close()
 
-def server_process(storage):
+def server_process(storage, delay:float=0.0):
     "A `FakeServer` in a process of its own, to be killed -9: `(process, url)`."
     code = ("import sys, time; sys.path.insert(0, sys.argv[1]); import test_stream as t; "
-            "s = t.FakeServer(sys.argv[2]); print(s.url, flush=True); time.sleep(3600)")
-    p = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent), str(storage)],
+            "s = t.FakeServer(sys.argv[2], delay=float(sys.argv[3])); print(s.url, flush=True); time.sleep(3600)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent), str(storage), str(delay)],
                          stdout=subprocess.PIPE, start_new_session=True)
     return p, p.stdout.readline().decode().strip()
 
@@ -285,7 +285,9 @@ def test_a_dead_servers_records_go_to_a_live_one(offline, recs, server, tmp_path
 
 def test_kill_9_of_the_server_then_rerun(offline, recs, server, tmp_path):
     st = copy(recs, tmp_path/"st")
-    proc, url = server_process(tmp_path/"doomed")
+    # a record every 0.3 s a connection: the trainer waits on the server, so that records are still to come when the
+    # server dies (without it the trainer could spool the rest and finish between checkpoint 4 and the kill)
+    proc, url = server_process(tmp_path/"doomed", delay=0.3)
     args = [str(BIN/"eagle3nb"), "train", "--run", str(st), "--target", "tiny-llama", "--source", "stream",
             "--urls", url, "--spool_gb", str(CAP_GB), *(a for k, v in KW.items() for a in (f"--{k}", str(v)))]
     watch = SpoolWatch(st/"spool")
