@@ -93,7 +93,7 @@ SPEC_K, SPEC_MAX_TOKENS = 3, 48
 
 @pytest.fixture(scope="session")
 def vllm_spec_check(tmp_path_factory):
-    ("One vLLM server for the vLLM tier's spec-decode checks (tests/test_vllm_spec.py, tests/test_vllm_check.py): "
+    ("One vLLM server for the vLLM tier's spec-decode checks (tests/test_vllm_check.py): "
      "SmolLM2 served with a quickly fitted drafter's speculators export at K=3 by `vllm_check`, beside eagle3nb's "
      "in-process loop and its replay on the same prompts. The drafter has EAGLE-3.1's norms, as the main job's: "
      "vLLM must read `input_norm` and feed the normed state back, or τ and the outputs part.")

@@ -13,7 +13,7 @@ from eagle3nb.capture_vllm import capture_vllm, connector_dir, vllm_server_args
 from eagle3nb.core import InputError, JsonlWriter, read_jsonl
 from eagle3nb.models import load_target
 
-pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm-capture")]   # one worker: one server (`make test-slow`)
+pytestmark = pytest.mark.vllm
 MAX_MODEL_LEN = 512
 WORDS = ("the model reads every token once and the drafter learns what comes next so that serving is faster "
          "while nothing is parsed from text because structure lives in special token ids alone").split()

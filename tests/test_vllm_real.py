@@ -8,7 +8,7 @@ from eagle3nb.local import LocalEngine
 from eagle3nb.protocol import Sampling
 from eagle3nb.models import target_dir
 
-pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm-real")]   # one worker: one server (`make test-slow`)
+pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):

@@ -15,7 +15,7 @@ from eagle3nb.core import InputError, read_jsonl, read_manifest
 from eagle3nb.models import load_target
 from eagle3nb.stream import stream_report
 
-pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm-stream")]   # one worker: one server (`make test-slow`)
+pytestmark = pytest.mark.vllm
 KW = dict(ttt_steps=2, draft_vocab_size=512, batch_tokens=400, lr=3e-3, warmup_steps=2, log_every=1, ckpt_every=2,
           eval_every=4, heldout=0.2, epochs=2)
 CAP_GB = 0.004   # 4.3 MB: a few SmolLM2 records (4,613 bytes a token in the spool, 9,216 in the server's float32 file)
