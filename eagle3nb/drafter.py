@@ -5,6 +5,7 @@
 # %% ../nbs/08_drafter.ipynb #36d66345
 from __future__ import annotations
 import json, math
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 import torch
@@ -15,7 +16,7 @@ from .core import InputError
 
 # %% auto #0
 __all__ = ['EMBED_NAMES', 'LM_HEAD_NAMES', 'NORM_NAMES', 'LAYER_PREFIXES', 'DrafterConfig', 'drafter_config', 'RMSNorm', 'Rotary',
-           'rotate', 'Attention', 'MLP', 'MidLayer', 'Drafter', 'ttt_attention', 'shift_left', 'causal_mask',
+           'rotate', 'Attention', 'MLP', 'MidLayer', 'Drafter', 'no_init', 'ttt_attention', 'shift_left', 'causal_mask',
            'safetensors_header', 'read_tensor', 'map_tensor', 'target_tensor', 'target_embeddings', 'target_lm_head',
            'init_from_last', 'new_drafter', 'save_drafter', 'load_drafter']
 
@@ -160,6 +161,20 @@ class Drafter(nn.Module):
         if c.norm_before_fc and c.fc_norm: raise InputError("norm_before_fc and fc_norm exclude each other: pick one")
         if c.norm_before_fc: self.input_norm = RMSNorm(3 * c.target_hidden_size, c.rms_norm_eps)
         if c.fc_norm: self.fc_norm = nn.ModuleList(RMSNorm(c.target_hidden_size, c.rms_norm_eps) for _ in range(3))
+
+# %% ../nbs/08_drafter.ipynb #bbae7930
+_INIT_FILLS = ("normal_", "uniform_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_",
+               "trunc_normal_", "zeros_", "ones_")
+
+@contextmanager
+def no_init():
+    "Build modules without their random init (every weight must then be loaded): `nn.init`'s fills do nothing."
+    saved = {n: getattr(nn.init, n) for n in _INIT_FILLS}
+    try:
+        for n in _INIT_FILLS: setattr(nn.init, n, lambda t, *a, **k: t)
+        yield
+    finally:
+        for n, f in saved.items(): setattr(nn.init, n, f)
 
 # %% ../nbs/08_drafter.ipynb #508ea0bf
 @patch
@@ -370,16 +385,26 @@ def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
                 seed:int=0,
                 init_fc:str="random", # "high": `fc` starts as the identity on the highest aux layer
                 init_layer:str="random", # "target": the layer starts as the target's last one (see `init_from_last`)
+                weights:dict|None=None, # every weight but the embeddings (a checkpoint's `model`): loaded, no init
                 **norms, # EAGLE-3.1's `norm_before_fc`, `fc_norm`, `norm_output`
                ) -> Drafter:
-    "A fresh drafter for `target`: its embeddings (frozen), `lm_head` from its rows of the draft vocabulary."
+    ("A fresh drafter for `target`: its embeddings (frozen), `lm_head` from its rows of the draft vocabulary; with "
+     "`weights`, a resumed one: the target's embeddings and those weights, nothing else read or drawn.")
     path = Path(getattr(target, "path", target))
     cfg = json.loads((path/"config.json").read_text())
     draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
     torch.manual_seed(seed)
-    d = Drafter(drafter_config(cfg, len(draft_ids), aux_layers, str(path), norm_before_residual, **norms))
+    with no_init() if weights is not None else nullcontext():
+        d = Drafter(drafter_config(cfg, len(draft_ids), aux_layers, str(path), norm_before_residual, **norms))
     with torch.no_grad():
         d.embed_tokens.weight = nn.Parameter(target_embeddings(path, mapped=True), requires_grad=False)   # frozen
+        if weights is not None:
+            missing, unexpected = d.load_state_dict(weights, strict=False)
+            missing = sorted(set(missing) - {"embed_tokens.weight"})
+            if missing or unexpected:
+                raise InputError(f"the weights given do not fit this drafter: missing {missing}, unexpected "
+                                 f"{sorted(unexpected)} (a checkpoint of another drafter's settings?)")
+            return d
         if init_lm_head == "target": d.lm_head.weight.copy_(target_lm_head(path, rows=draft_ids.tolist()))
         if init_fc == "high":
             H = d.config.target_hidden_size
@@ -417,6 +442,6 @@ def load_drafter(path) -> Drafter:
     cfg = json.loads((p/"config.json").read_text())
     if "eagle3nb_drafter" not in cfg:
         raise InputError(f"{p}/config.json is not an eagle3nb drafter (use eagle3nb's export readers)")
-    d = Drafter(DrafterConfig.from_dict(cfg["eagle3nb_drafter"]))
+    with no_init(): d = Drafter(DrafterConfig.from_dict(cfg["eagle3nb_drafter"]))
     d.load_state_dict(load_file(str(p/"model.safetensors")))
     return d.eval()

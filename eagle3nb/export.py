@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from .core import InputError, atomic_write_text
-from .drafter import Drafter, DrafterConfig, load_drafter, target_embeddings
+from .drafter import Drafter, DrafterConfig, load_drafter, no_init, target_embeddings
 from .models import hf_layer_ids, sglang_layer_ids
 
 # %% auto #0
@@ -190,7 +190,7 @@ def load_export(path,
     if "d2t" not in sd:
         sd["d2t"] = torch.zeros(c.draft_vocab_size, dtype=torch.long)
         sd["t2d"] = torch.ones(c.vocab_size, dtype=torch.bool)
-    d = Drafter(c)
+    with no_init(): d = Drafter(c)   # every weight is loaded next
     d.load_state_dict(sd)
     return d.eval()
 
