@@ -95,7 +95,7 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
     "generate": {"engine": "serve", "n_prompts": 48, "max_new_tokens": 384,
                  "max_prompt_tokens": 1024},   # minutes go to answers, not to prefilling 3k-token prompts
     "context": {"n_prompts": 150, "replies": True},   # a capture forward each: per minute, the most useful data
-    "train": {"ttt_steps": 3, "epochs": 2, "lr": 2e-3, "draft_vocab_size": 4096, "batch_tokens": 1024,
+    "train": {"ttt_steps": 3, "epochs": 4, "lr": 2e-3, "draft_vocab_size": 4096, "batch_tokens": 1024,
               "init_fc": "high", "loss_positions": "all", "bf16": "auto", "warmup_steps": 10, "heldout": 0.1,
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
