@@ -4,12 +4,14 @@ job's evaluation and sealed sets never use) at every K beside n-gram. Tokens per
 K is the figure; nothing here is timed (the machine may be busy).
 
     .venv/bin/python bench/recipes.py --base runs/medium --out runs/recipes baseline ttt5 vocab8k
-    .venv/bin/python bench/recipes.py --base runs/medium --out runs/recipes --context 100 baseline
+    .venv/bin/python bench/recipes.py --base runs/medium --out runs/recipes --context 100 data
     .venv/bin/python bench/recipes.py --base runs/base --out runs/recipes --round_base norms31 baseline ttt5
     .venv/bin/python bench/recipes.py --from_run runs/default --base runs/base   # a base with tuning prompts
 
-A variant is `name` from VARIANTS (training overrides). `--context N` trains on the generated records and the first N
-context records of the base capture (a subset index over the same shards). Results append to OUT/results.jsonl.
+A variant is `name` from VARIANTS (training overrides). `--context N` trains the variants on the generated records and
+the first N context records of the base capture (a subset index over the same shards), `--no_generated` leaves the
+generated ones out; the default always trains on all of the base's data, so `--context N data` (the default's
+settings on that data) measures a data mix as one more change. Results append to OUT/results.jsonl.
 The tuning prompts are the base run's `tuning_prompts.jsonl` (`[evaluate] tuning_n_prompts`, 64 in the main job):
 far-end held-out-side conversations just before the sealed ones, apart from the evaluation set, the sealed set and
 anything trained on (tested), and never measured by the main job. `--from_run RUN` makes such a base for a main job
@@ -17,15 +19,16 @@ that finished before tuning sets existed: links to RUN's stages, and the tuning 
 `sealed_file` (which must redraw RUN's sealed set exactly, or nothing is written).
 
 Each variant is compared with the round's default (`baseline`: the size's settings plus `--round_base` changes, plus
-`--set`): per-prompt records (`per_prompt_records`, every K of both) on the same tuning prompts and the same greedy
-answers, each drafter at its own best K (`choose_k`), and the ratio variant ÷ default with a 95 % paired bootstrap
-over conversations (`power_block`, the evaluation's machinery). Decision: "adopt" only when the interval's lower end is
-above 1, "worse" when its upper end is below 1, else "keep default". The K is chosen on the very prompts the ratio is
-measured on: fine for choosing a recipe, never for a figure reported as the drafter's (the evaluation chooses K on
-held-out prompts and reads the sealed ones at it). One training seed per variant: the interval is over prompts only.
-The default's records are stored under OUT/baselines/, keyed by its exact training settings, base capture, tuning
-prompts, answer length and Ks, so a later invocation compares against them without retraining, and a changed setting
-never compares against a stale default (it trains the default again first)."""
+`--set`, on all of the base's data): per-prompt records (`per_prompt_records`, every K of both) on the same tuning
+prompts and the same greedy answers, each drafter at its own best K (`choose_k`), and the ratio variant ÷ default
+with a 95 % paired bootstrap over conversations (`power_block`, the evaluation's machinery). Decision: "adopt" only
+when the interval's lower end is above 1, "worse" when its upper end is below 1, else "keep default". The K is
+chosen on the very prompts the ratio is measured on: fine for choosing a recipe, never for a figure reported as the
+drafter's (the evaluation chooses K on held-out prompts and reads the sealed ones at it). One training seed per
+variant: the interval is over prompts only. The default's records are stored under OUT/baselines/, keyed by its
+exact training settings, base capture, tuning prompts, answer length and Ks, so a later invocation compares against
+them without retraining, and a changed setting never compares against a stale default (it trains the default again
+first)."""
 import argparse, hashlib, json, os, shlex, shutil, sys, time
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -33,6 +36,7 @@ from pathlib import Path
 
 VARIANTS = {
     "baseline": {},
+    "data": {},   # the default's settings on the data --context / --no_generated select
     "ttt5": {"ttt_steps": 5},
     "ttt7": {"ttt_steps": 7},
     "vocab2k": {"draft_vocab_size": 2048},
@@ -188,7 +192,8 @@ def compare(recs:list, base_recs:list, max_new_tokens:int) -> dict:
 def command(a, name:str) -> str:
     "The invocation that makes one row."
     flags = [f"--base {a.base}", f"--out {a.out}", f"--size {a.size}", f"--max_new_tokens {a.max_new_tokens}"]
-    flags += [f"--context {a.context}"] * (a.context is not None) + ["--no_generated"] * a.no_generated
+    if name != "baseline":   # the default always trains on all of the base's data
+        flags += [f"--context {a.context}"] * (a.context is not None) + ["--no_generated"] * a.no_generated
     flags += ["--reuse_trained"] * a.reuse_trained + [f"--round_base {a.round_base}"] * bool(a.round_base)
     flags += [f"--set {shlex.quote(s)}" for s in a.set]
     return "python bench/recipes.py " + " ".join(flags + [name])
@@ -200,7 +205,8 @@ def main():
     ap.add_argument("--base", default="runs/medium")
     ap.add_argument("--out", default="runs/recipes")
     ap.add_argument("--size", default="small", help="the SIZES preset whose training settings are the baseline")
-    ap.add_argument("--context", type=int, default=None, help="context records to train on (default: all captured)")
+    ap.add_argument("--context", type=int, default=None, help="context records the variants train on "
+                    "(default: all captured; the default always trains on all)")
     ap.add_argument("--no_generated", action="store_true", help="leave the generated records out (context only)")
     ap.add_argument("--set", action="append", default=[], help="extra training override key=value (JSON value)")
     ap.add_argument("--round_base", default="", help="VARIANTS adopted in earlier rounds (comma-separated): "
@@ -234,8 +240,7 @@ def main():
     cache = out/f"tuning_outputs_{a.max_new_tokens}.json"
     outputs = json.loads(cache.read_text()) if cache.exists() else None
     default_over = {**round_over, **extra}
-    key, fields = baseline_key({**asdict(c.train), **default_over}, base, a.context, not a.no_generated,
-                               a.max_new_tokens)
+    key, fields = baseline_key({**asdict(c.train), **default_over}, base, None, True, a.max_new_tokens)   # all data
     stored = out/"baselines"/f"{key}.json"
     names = list(a.variants)
     if not stored.exists() and "baseline" not in names:
@@ -245,7 +250,8 @@ def main():
     for name in names:
         over = {**round_over, **VARIANTS[name], **extra}
         tag = name + "".join(f"-{k}{v}" for k, v in extra.items()) + "".join(f"@{n}" for n in rounds)
-        run = variant_run(base, out, tag, a.context, not a.no_generated)
+        ctx, gen = (None, True) if name == "baseline" else (a.context, not a.no_generated)
+        run = variant_run(base, out, tag, ctx, gen)
         settings, t0 = {**asdict(c.train), **over}, time.time()
         if a.reuse_trained and trained_as(run, settings):
             m = read_manifest(run/"train")
@@ -270,7 +276,7 @@ def main():
                    "default_tok_fwd": round(tokens_per_forward(recs, "eagle3", ke), 4)}
         else: cmp = compare(recs, json.loads(stored.read_text())["records"], a.max_new_tokens)
         row = {"variant": name, "overrides": over, "round_base": rounds, "default_overrides": default_over,
-               "baseline_key": key, "context": a.context, "generated": not a.no_generated,
+               "baseline_key": key, "context": ctx, "generated": gen,
                "base": str(base), "train_tokens": sum(items_len(run)),
                "train_steps": m["counts"]["steps"], "train_records": m["counts"]["train_records"],
                "train_seconds": round(secs, 1), "threads": torch.get_num_threads(),
