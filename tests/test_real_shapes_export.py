@@ -10,6 +10,7 @@ freed before the speculators process loads its own copy, so the peak stays near 
 import gc, json, os, resource, shutil, subprocess, sys, time
 import pytest
 import torch
+from pathlib import Path
 from safetensors import safe_open
 from real_shapes import KIMI_K25, QWEN3_8B
 from eagle3nb.capture import default_aux_layers
@@ -181,36 +182,7 @@ def test_exports_read_field_by_field(exported):
     with safe_open(str(exported["sglang"]/"model.safetensors"), "pt") as s: d2t = s.get_tensor("d2t")
     assert torch.equal(d2t + torch.arange(N), exported["to_target"])     # the hot-token ids SGLang builds from it
 
-READER = r'''
-import json, sys, time, resource, torch
-from safetensors import safe_open
-from speculators import SpeculatorModel, SpeculatorModelConfig
-path, io, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-torch.set_num_threads(threads)
-inp = torch.load(io + "/inputs.pt")
-t0 = time.perf_counter()
-cfg = SpeculatorModelConfig.from_pretrained(path)
-cfg.transformer_layer_config._attn_implementation = "sdpa"   # torch's SDPA, as eagle3nb's drafter runs it
-m = SpeculatorModel.from_pretrained(path, config=cfg).eval()
-load_s = time.perf_counter() - t0
-sd, not_equal = m.state_dict(), []
-with safe_open(path + "/model.safetensors", "pt") as f:   # one tensor at a time: never a second copy of the model
-    names = list(f.keys())
-    for k in names:
-        if k in sd and not torch.equal(sd[k], f.get_tensor(k)): not_equal.append(k)
-logits = []
-h = m.lm_head.register_forward_hook(lambda mod, i, o: logits.append(o.detach()))
-with torch.no_grad():   # speculators' input_ids are the next tokens (x[i+1] at slot i); positions given as ours
-    m(hidden_states=inp["aux"], input_ids=inp["next_ids"], document_ids=torch.zeros_like(inp["next_ids"]),
-      position_ids=torch.arange(inp["next_ids"].shape[1])[None], ttt_steps=inp["steps"])
-h.remove()
-torch.save({"logits": logits}, io + "/outputs.pt")
-json.dump({"class": type(m).__name__, "attn": m._attn_impl, "dtype": str(next(m.parameters()).dtype),
-           "unexpected": sorted(k for k in names if k not in sd), "missing": sorted(k for k in sd if k not in names),
-           "not_equal": not_equal, "aux_ids": m.config.eagle_aux_hidden_state_layer_ids,
-           "norm_before_residual": m.config.norm_before_residual, "load_s": load_s,
-           "peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}, open(io + "/report.json", "w"))
-'''
+READER = Path(__file__).parent/"speculators_reader.py"   # run by speculators' venv
 
 @pytest.mark.speculators
 def test_speculators_reads_true_shape_bit_equal(exported, tmp_path):
@@ -226,9 +198,8 @@ def test_speculators_reads_true_shape_bit_equal(exported, tmp_path):
     x = exported["x"]
     torch.save({"aux": exported["aux"], "next_ids": torch.cat([x[:, 1:], x.new_zeros(1, 1)], 1), "steps": STEPS},
                tmp_path/"inputs.pt")
-    (tmp_path/"reader.py").write_text(READER)
     t0 = time.perf_counter()
-    r = subprocess.run([py, str(tmp_path/"reader.py"), str(exported["spec"]), str(tmp_path), str(THREADS)],
+    r = subprocess.run([py, str(READER), str(exported["spec"]), str(tmp_path), str(THREADS), "sdpa"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((tmp_path/"report.json").read_text())

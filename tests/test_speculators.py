@@ -1,6 +1,7 @@
 """Our speculators export read by the real `speculators` package (0.9.0, its own venv: scripts/setup_speculators.sh).
 Tier: `make test-vllm` (sets EAGLE3NB_SPECULATORS_PYTHON)."""
 import json, os, subprocess
+from pathlib import Path
 import pytest
 import torch
 from eagle3nb.drafter import new_drafter
@@ -9,27 +10,7 @@ from eagle3nb.models import load_target
 
 pytestmark = pytest.mark.speculators
 
-READER = r'''
-import json, sys, torch
-from safetensors.torch import load_file
-from speculators import SpeculatorModel
-path, io = sys.argv[1], sys.argv[2]
-inp = torch.load(io + "/inputs.pt")
-m = SpeculatorModel.from_pretrained(path).eval()
-sd, t = m.state_dict(), load_file(path + "/model.safetensors")
-logits = []
-h = m.lm_head.register_forward_hook(lambda mod, i, o: logits.append(o.detach()))
-with torch.no_grad():   # speculators' input_ids are the next tokens (x[i+1] at slot i); positions given as ours
-    m(hidden_states=inp["aux"], input_ids=inp["next_ids"], document_ids=torch.zeros_like(inp["next_ids"]),
-      position_ids=torch.arange(inp["next_ids"].shape[1])[None], ttt_steps=inp["steps"])
-h.remove()
-torch.save({"logits": logits}, io + "/outputs.pt")
-json.dump({"class": type(m).__name__, "unexpected": sorted(k for k in t if k not in sd), "missing": sorted(k for k in sd if k not in t),
-           "not_equal": sorted(k for k in t if k in sd and not torch.equal(sd[k], t[k])),
-           "norm_before_residual": m.config.norm_before_residual, "aux_ids": m.config.eagle_aux_hidden_state_layer_ids,
-           "norms": [m.config.norm_before_fc, m.config.fc_norm, m.config.norm_output]},
-          open(io + "/report.json", "w"))
-'''  # noqa: E501
+READER = Path(__file__).parent/"speculators_reader.py"   # run by speculators' venv
 
 NORMS = ("norm_before_fc", "fc_norm", "norm_output")
 
@@ -52,8 +33,7 @@ def test_speculators_loads_our_export(tmp_path, norm_before_residual, norms):
     with torch.no_grad(): ref = [d.logits(s) for s in d.ttt_forward(x, aux, [T], steps)]
     next_ids = torch.cat([x[:, 1:], x.new_zeros(1, 1)], 1)
     torch.save({"aux": aux, "next_ids": next_ids, "steps": steps}, tmp_path/"inputs.pt")
-    (tmp_path/"reader.py").write_text(READER)
-    r = subprocess.run([py, str(tmp_path/"reader.py"), str(out), str(tmp_path)],
+    r = subprocess.run([py, str(READER), str(out), str(tmp_path), str(torch.get_num_threads()), "default"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((tmp_path/"report.json").read_text())
