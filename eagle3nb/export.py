@@ -13,8 +13,8 @@ from .drafter import Drafter, DrafterConfig, load_drafter, no_init, target_embed
 from .models import hf_layer_ids, sglang_layer_ids
 
 # %% auto #0
-__all__ = ['llama_fields', 'engine_reads', 'read_mismatches', 'export_sglang', 'export_speculators', 'load_export',
-           'ExportConfig', 'export']
+__all__ = ['llama_fields', 'engine_reads', 'read_mismatches', 'sglang_needs', 'export_sglang', 'export_speculators',
+           'load_export', 'ExportConfig', 'export']
 
 # %% ../nbs/11_export.ipynb #10927546
 def llama_fields(c:DrafterConfig, dtype:str="float32") -> dict:
@@ -69,7 +69,9 @@ def engine_reads(cfg:dict) -> dict:
         out["rope_scaling"] = ({"rope_type": sc.get("rope_type", sc.get("type")),
                                 **{k: v for k, v in sc.items() if k not in ("type", "rope_type")}} if sc else None)
         out["aux_layers_hf"] = hf_layer_ids(cfg.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids") or [])
-        out.update(norm_before_residual=False, norm_before_fc=False, fc_norm=False, norm_output=False,
+        ec = cfg.get("eagle_config") or {}   # SGLang >= 0.5.17 (llama_eagle3.py:169-207 in 0.5.23)
+        out.update(norm_before_residual=False, norm_before_fc=bool(ec.get("norm_before_fc", l.get("norm_before_fc"))),
+                   fc_norm=bool(l.get("fc_norm") or l.get("use_aux_norm")), norm_output=bool(l.get("norm_output")),
                    lm_head_own=not l.get("tie_word_embeddings", False) and cfg.get("draft_vocab_size") is not None)
     return out
 
@@ -105,6 +107,10 @@ def _write(out_dir, config:dict, tensors:dict) -> Path:
     return out
 
 # %% ../nbs/11_export.ipynb #97098eb8
+def sglang_needs(c:DrafterConfig) -> str|None:
+    "The first SGLang release that reads this drafter's EAGLE-3.1 norms (None: any release serves it)."
+    return "0.5.17" if c.norm_before_fc else "0.5.12" if c.fc_norm or c.norm_output else None
+
 def export_sglang(d:Drafter, out_dir) -> Path:
     "SGLang / TensorRT-LLM layout (`LlamaForCausalLMEagle3`): `midlayer.*`, no `embed_tokens` (shared with the target)."
     c = d.config
@@ -112,17 +118,15 @@ def export_sglang(d:Drafter, out_dir) -> Path:
         raise InputError("this drafter was trained with norm_before_residual=True, which SGLang's "
                          "LlamaForCausalLMEagle3 does not implement (it keeps the raw state as the residual); "
                          "export --formats speculators for vLLM")
-    if on := [n for n in ("norm_before_fc", "fc_norm", "norm_output") if getattr(c, n)]:
-        raise InputError(f"this drafter was trained with EAGLE-3.1's {', '.join(on)}, which SGLang's "
-                         "LlamaForCausalLMEagle3 does not implement (no norm before fc, the raw state fed back); "
-                         "export --formats speculators for vLLM, which reads them")
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], **llama_fields(c, _dtype(d)),
            "draft_vocab_size": c.draft_vocab_size,
            "target_hidden_size": c.target_hidden_size,
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_layer_ids(c.aux_layers_hf),
                             "use_aux_hidden_state": True},
-           "norm_before_residual": c.norm_before_residual, "norm_output": False, "fc_norm": False,
+           "norm_before_residual": c.norm_before_residual, "norm_before_fc": c.norm_before_fc, "fc_norm": c.fc_norm,
+           "norm_output": c.norm_output,
            "eagle3nb": {"target": c.target, "aux_layers_hf": c.aux_layers_hf}}
+    if need := sglang_needs(c): cfg["eagle3nb"]["sglang_min"] = need   # older releases drop the norms silently
     return _write(out_dir, _checked(c, cfg), _layer_tensors(d, "midlayer."))
 
 # %% ../nbs/11_export.ipynb #79ce4754

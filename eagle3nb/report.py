@@ -164,6 +164,9 @@ def serve_commands(target:str, exports:dict, k:int) -> dict:
         out["sglang"] = (f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
                          f"--speculative-draft-model-path {exports['sglang']} --speculative-num-steps {k} "
                          f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
+        cfg = Path(exports["sglang"])/"config.json"
+        if need := (json.loads(cfg.read_text()).get("eagle3nb", {}).get("sglang_min") if cfg.exists() else None):
+            out["sglang"] += f"   # SGLang >= {need}: older releases drop EAGLE-3.1's norms without a word"
     return out
 
 # %% ../nbs/12a_report.ipynb #4ef723d9
