@@ -95,7 +95,7 @@ SPEC_K, SPEC_MAX_TOKENS = 3, 48
 def vllm_spec_check(tmp_path_factory):
     ("One vLLM server for the vLLM tier's spec-decode checks (tests/test_vllm_check.py): "
      "SmolLM2 served with a quickly fitted drafter's speculators export at K=3 by `vllm_check`, beside eagle3nb's "
-     "in-process loop and its replay on the same prompts. The drafter has EAGLE-3.1's norms, as the main job's: "
+     "in-process loop and its replay on the same prompts. The drafter has EAGLE-3.1's norms (speculators' default): "
      "vLLM must read `input_norm` and feed the normed state back, or τ and the outputs part.")
     from quick_drafter import fit_drafter
     from eagle3nb.decode import run_prompts
