@@ -13,13 +13,16 @@ SGLang skips tensor names it does not know, silently, so a wrong prefix serves a
 - `load_weights`: a name containing `d2t` becomes the hot-token map (`d2t + arange`), `t2d` is skipped;
   `.q_proj/.k_proj/.v_proj` → `.qkv_proj` shards q/k/v, `.gate_proj/.up_proj` → `.gate_up_proj` shards 0/1;
   a name not in the parameters is tried with a `model.` prefix; anything still unknown is dropped silently.
+- EAGLE-3.1's norms, as released 0.5.23 builds them (`LlamaModel.__init__`, llama_eagle3.py:169-207; 0.5.12 for
+  `fc_norm`, 0.5.17 for `norm_before_fc`): `model.input_norm.weight` [3·target_hidden_size] when
+  `eagle_config.norm_before_fc` (else the top-level key) is true, `model.fc_norm.{0,1,2}.weight` [target_hidden_size]
+  when `fc_norm` (or the old `use_aux_norm`) is; `norm_output` adds no tensor (the normed state is fed back).
 """
 import json
 import torch
 import pytest
 from safetensors.torch import load_file
 from eagle3nb.capture import default_aux_layers
-from eagle3nb.core import InputError
 from eagle3nb.drafter import new_drafter
 from eagle3nb.export import export_sglang, export_speculators, load_export
 from eagle3nb.models import load_target
@@ -42,6 +45,9 @@ def sglang_params(cfg:dict) -> dict:
          "model.norm.weight": (H,)}
     if not cfg.get("tie_word_embeddings", False):
         p["lm_head.weight"] = (cfg["draft_vocab_size"] or cfg["vocab_size"], H)
+    if (cfg.get("eagle_config") or {}).get("norm_before_fc", cfg.get("norm_before_fc")):
+        p["model.input_norm.weight"] = (3 * Ht,)
+    if cfg.get("fc_norm") or cfg.get("use_aux_norm"): p.update({f"model.fc_norm.{i}.weight": (Ht,) for i in range(3)})
     return p
 
 def sglang_load(cfg:dict, tensors:dict) -> tuple:
@@ -121,8 +127,9 @@ def test_round_trip_identical_logits(drafter, tmp_path):
             assert all(torch.equal(a, b) for a, b in zip(ref, got)), fmt
 
 @pytest.mark.parametrize("norms", [{"fc_norm": True, "norm_output": True}, {"norm_before_fc": True}])
-def test_eagle31_norms_round_trip_and_sglang_refuses(tmp_path, norms):
-    "EAGLE-3.1's norms travel in the speculators export (tensors and flags); SGLang's layer has none: refused by name."
+def test_eagle31_norms_round_trip_in_both_layouts(tmp_path, norms):
+    ("EAGLE-3.1's norms travel in both exports (tensors and flags): read back exactly, and SGLang's loader (0.5.12 "
+     "and up) places every norm tensor; the SGLang export names the release it needs.")
     tgt = load_target("tiny-llama")
     d = new_drafter(tgt, list(range(0, 6000, 3)), [2, 4, 5], **norms).eval()
     torch.manual_seed(2)
@@ -134,4 +141,13 @@ def test_eagle31_norms_round_trip_and_sglang_refuses(tmp_path, norms):
         d2 = load_export(export_speculators(d, tmp_path/"spec"))
         assert d2.config == d.config and ("input_norm.weight" in d2.state_dict()) == bool(norms.get("norm_before_fc"))
         assert all(torch.equal(a, b) for a, b in zip(ref, [d2.logits(s) for s in d2.ttt_forward(x, aux, [9], 3)]))
-    with pytest.raises(InputError, match="EAGLE-3.1's"): export_sglang(d, tmp_path/"sglang")
+        out = export_sglang(d, tmp_path/"sglang")
+        d3 = load_export(out)
+        assert d3.config == d.config
+        assert all(torch.equal(a, b) for a, b in zip(ref, [d3.logits(s) for s in d3.ttt_forward(x, aux, [9], 3)]))
+    cfg, t = json.loads((out/"config.json").read_text()), load_file(str(out/"model.safetensors"))
+    params, filled, _, dropped = sglang_load(cfg, t)
+    assert dropped == [], f"SGLang would silently drop {dropped}"
+    assert set(params) - set(filled) == {"model.embed_tokens.weight"}, set(params) - set(filled)
+    assert ("model.input_norm.weight" in filled) == bool(norms.get("norm_before_fc"))
+    assert cfg["eagle3nb"]["sglang_min"] == ("0.5.17" if norms.get("norm_before_fc") else "0.5.12")
