@@ -97,7 +97,7 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
     "context": {"n_prompts": 150, "replies": True},   # a capture forward each: per minute, the most useful data
     "train": {"ttt_steps": 3, "epochs": 4, "lr": 2e-3, "draft_vocab_size": 4096, "batch_tokens": 1024,
               "init_fc": "high", "loss_positions": "all", "bf16": "auto", "warmup_steps": 10, "heldout": 0.1,
-              "init_layer": "target", "norm_before_fc": True, "norm_output": True,   # #35 round 2 (SGLang >= 0.5.17)
+              "norm_before_fc": True, "norm_output": True,   # EAGLE-3.1's norms: #35 round 2 (SGLang >= 0.5.17)
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
     "evaluate": {"n_prompts": 64, "ks": [1, 3], "max_new_tokens": 256, "sealed_n_prompts": 32, "loop_n_prompts": 8,
@@ -117,7 +117,7 @@ SIZES = {
     "medium": {"data": {"limit": 3000},   # 3,000 rows: enough held-out conversations for 128 prompts that fit
                "generate": {"n_prompts": 64}, "context": {"n_prompts": 400}, "train": {"epochs": 3,
                "vocab_sweep": [1024, 16384],
-               "init_layer": "random", "norm_before_fc": False, "norm_output": False},   # as measured (not re-run)
+               "norm_before_fc": False, "norm_output": False},   # the recipe it was measured with (not re-run)
                "evaluate": {"n_prompts": 128, "ks": [3]}},
     "large": {"data": {"limit": None}, "generate": {"n_prompts": 1024, "max_new_tokens": 768},
               "context": {"n_prompts": 4000},
