@@ -17,14 +17,14 @@ test:
 # that its vLLM server starts once (xdist 3.8's `xdist_group` does not group under pytest 9); a vLLM server uses
 # under one core, so the two share the cores (measured in #34's note). Then, one at a time (up to 21 GiB each), the
 # real-shape tests (`-m real_shapes`: the shipped configs' drafters at their targets' true shapes; the exports' one
-# read by `speculators`; `scripts/gpu_check.sh --dry-run`).
+# read by `speculators`; `scripts/gpu_check.sh --dry-run`). Each part has a TMPDIR of its own, removed at its end.
 test-slow: setup
 	EAGLE3NB_VLLM_PYTHON=$$(bash scripts/setup_vllm.sh | tail -n1) \
 	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
-	OMP_NUM_THREADS=1 .venv/bin/python -m pytest tests/ -q -rs -n 2 --dist loadfile --durations=10 \
-	  -m "(slow or vllm or speculators) and not real_shapes"
+	OMP_NUM_THREADS=1 bash scripts/in_tmp.sh .venv/bin/python -m pytest tests/ -q -rs -n 2 --dist loadfile \
+	  --durations=10 -m "(slow or vllm or speculators) and not real_shapes"
 	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
-	.venv/bin/python -m pytest tests/ -q -rs --durations=10 -m real_shapes
+	bash scripts/in_tmp.sh .venv/bin/python -m pytest tests/ -q -rs --durations=10 -m real_shapes
 
 # The notebooks' SmolLM2 cells (`#| slow`), the main job's page included (about 20 minutes): by hand, not in CI.
 test-notebooks-slow: setup
@@ -34,7 +34,7 @@ test-notebooks-slow: setup
 test-vllm: setup
 	EAGLE3NB_VLLM_PYTHON=$$(bash scripts/setup_vllm.sh | tail -n1) \
 	EAGLE3NB_SPECULATORS_PYTHON=$$(bash scripts/setup_speculators.sh | tail -n1) \
-	.venv/bin/python -m pytest tests/ -q -rs -m "(vllm or speculators) and not real_shapes"
+	bash scripts/in_tmp.sh .venv/bin/python -m pytest tests/ -q -rs -m "(vllm or speculators) and not real_shapes"
 
 # JupyterLab on nbs/, offline, on loopback (the notebooks are the documentation and the exploratory workspace)
 lab: setup

@@ -2,6 +2,7 @@
 # The test command: package in sync with the notebooks, notebooks clean, notebook tests, then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ -n "${EAGLE3NB_IN_TMP:-}" ] || EAGLE3NB_IN_TMP=1 exec bash scripts/in_tmp.sh bash "$0" "$@"   # its own TMPDIR
 bash scripts/setup.sh
 V=.venv/bin
 snapshot() { (cd "$1" && find . -type f ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum); }
