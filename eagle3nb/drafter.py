@@ -5,7 +5,7 @@
 # %% ../nbs/08_drafter.ipynb #36d66345
 from __future__ import annotations
 import json, math
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 import torch
@@ -385,26 +385,16 @@ def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
                 seed:int=0,
                 init_fc:str="random", # "high": `fc` starts as the identity on the highest aux layer
                 init_layer:str="random", # "target": the layer starts as the target's last one (see `init_from_last`)
-                weights:dict|None=None, # every weight but the embeddings (a checkpoint's `model`): loaded, no init
                 **norms, # EAGLE-3.1's `norm_before_fc`, `fc_norm`, `norm_output`
                ) -> Drafter:
-    ("A fresh drafter for `target`: its embeddings (frozen), `lm_head` from its rows of the draft vocabulary; with "
-     "`weights`, a resumed one: the target's embeddings and those weights, nothing else read or drawn.")
+    "A fresh drafter for `target`: its embeddings (frozen), `lm_head` from its rows of the draft vocabulary."
     path = Path(getattr(target, "path", target))
     cfg = json.loads((path/"config.json").read_text())
     draft_ids = torch.as_tensor(draft_ids, dtype=torch.long)
     torch.manual_seed(seed)
-    with no_init() if weights is not None else nullcontext():
-        d = Drafter(drafter_config(cfg, len(draft_ids), aux_layers, str(path), norm_before_residual, **norms))
+    d = Drafter(drafter_config(cfg, len(draft_ids), aux_layers, str(path), norm_before_residual, **norms))
     with torch.no_grad():
         d.embed_tokens.weight = nn.Parameter(target_embeddings(path, mapped=True), requires_grad=False)   # frozen
-        if weights is not None:
-            missing, unexpected = d.load_state_dict(weights, strict=False)
-            missing = sorted(set(missing) - {"embed_tokens.weight"})
-            if missing or unexpected:
-                raise InputError(f"the weights given do not fit this drafter: missing {missing}, unexpected "
-                                 f"{sorted(unexpected)} (a checkpoint of another drafter's settings?)")
-            return d
         if init_lm_head == "target": d.lm_head.weight.copy_(target_lm_head(path, rows=draft_ids.tolist()))
         if init_fc == "high":
             H = d.config.target_hidden_size
