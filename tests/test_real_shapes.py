@@ -130,7 +130,10 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     flags = ["--ttt_steps", str(cfg.ttt_steps), "--draft_vocab_size", str(cfg.draft_vocab_size), "--lr", str(cfg.lr),
              "--warmup_steps", str(cfg.warmup_steps), "--batch_tokens", str(BATCH), "--max_steps", "2",
              "--ckpt_every", "1", "--heldout", "0", "--bf16", "always", "--log_every", "1", "--keep_checkpoints", "1",
-             "--source", "offline", "--loss_chunk", str(cfg.loss_chunk or 0), "--optim_state", cfg.optim_state]
+             "--source", "offline", "--loss_chunk", str(cfg.loss_chunk or 0),
+             *[x for k in ("norm_before_fc", "fc_norm", "norm_output")
+               for x in (f"--{k}", str(getattr(cfg, k)).lower())],
+             "--optim_state", cfg.optim_state]   # the config's norms, not the CLI's defaults (the main job's)
     out = _plan_lines(real, "float32", BATCH, "--gpu_mem", "80")
     assert "GPUs of 80 GiB: 1 (torchrun" in out and " h at 20,000 tokens/s" in out, out
     if not fits32:       # refused before anything is loaded, naming both sizes
