@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_drafter.ipynb #36d66345
 from __future__ import annotations
-import json, math
+import json
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
