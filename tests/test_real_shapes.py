@@ -1,7 +1,7 @@
 """Real-shape drafters on CPU (#33): each shipped config's drafter built at its target's true shape, its target's
 tensors read by name through a sharded checkpoint's index (only the draft rows of `lm_head`), trained 2 steps in the
 config's dtype (bf16 autocast) on random hidden states of the target's width, killed -9 after a checkpoint and
-resumed to the uninterrupted weights, with the plan's memory figure against the measured peak RSS.
+resumed to the uninterrupted weights (to rounding), with the plan's memory figure against the measured peak RSS.
 `pytest -m real_shapes` (slow tier). Each test's target and capture are built here: nothing is downloaded."""
 import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
@@ -166,15 +166,18 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     assert [r["step"] for r in b] == [1, 2]
     for x, y in zip(a, b):   # the losses of step 1 and of step 2 (after the resumed weights and optimizer)
         assert all(abs(u - v) <= 1e-3 * max(1, abs(u)) for u, v in zip(x["loss_k"], y["loss_k"])), (x, y)
-    # the weights after the resumed step 2 equal the uninterrupted run's but where a gradient's sign is noise: the
-    # checkpoint holds the weights, AdamW's state and the data order. AdamW's first steps move every weight by about
-    # the warmed-up learning rate whatever its gradient's size, so a lost or doubled step moves most weights, while
-    # a sum taken in another order flips the sign of a near-zero gradient now and then and moves that one weight by
-    # a whole step (3.3e-6 once in Qwen3-8B's sample, at two threads; nothing in most runs)
+    # the weights after the resumed step 2 equal the uninterrupted run's to rounding: the checkpoint holds the weights,
+    # AdamW's state and the data order. AdamW's first steps move every weight by about the warmed-up learning rate
+    # whatever its gradient's size, so a rounding that differs flips the sign of a near-zero gradient and moves that
+    # weight by a whole step, while a resume that loses part of the state moves most weights. At these widths on this
+    # CPU the rounding follows where the allocator puts a step's tensors, which differs between a fresh and a resumed
+    # process: 0.6 %, 1.3 % and 3.3 % of the sampled weights moved here (bit for bit in other runs). Dropping AdamW's
+    # moments from the checkpoint moved 96 %, resetting its step count 77 % (tiny drafter, bf16 moments, a
+    # threshold near lr/30): 10 % is between them
     n = sum(want[k][0].numel() for k in want)
     off = sum(((got[k][0] - want[k][0]).abs() > 1e-7).sum().item() for k in want)
     diff = max((got[k][0] - want[k][0]).abs().max().item() for k in want)
-    assert sorted(got) == sorted(want) and off <= n * 1e-4, (off, n, diff)
+    assert sorted(got) == sorted(want) and off <= n * 0.1, (off, n, diff)
     plan = _plan_need(real, cfg.optim_state, BATCH)                  # what `eagle3nb run CONFIG --plan` prints
     assert abs(plan - step_memory(real["target"], cfg, real["aux"], "cpu")["total"]) < 0.01 * GiB
     with capsys.disabled():
