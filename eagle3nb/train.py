@@ -421,8 +421,8 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
         vocab = DraftVocab(**state["vocab"])
     else: vocab, state = draft_vocab(src.counts(set(tr_ids), cfg.loss_positions == "all"),
                                      cfg.draft_vocab_size or min(32000, V), V), None
-    # built as a fresh run builds it, init included: the same allocations as an uninterrupted run's (skipping the
-    # init moved ~1 % of Kimi-shaped weights by rounding; see above)
+    # built as a fresh run builds it, init included (a resume that skipped the init moved 1-3 % of the real-shape
+    # test's weights once; whether more than the rounding above did that is not known)
     drafter = new_drafter(src.target, vocab.ids, src.aux_layers, cfg.norm_before_residual, cfg.init_lm_head,
                           cfg.seed, cfg.init_fc, cfg.init_layer, norm_before_fc=cfg.norm_before_fc,
                           fc_norm=cfg.fc_norm, norm_output=cfg.norm_output).to(device)
