@@ -200,9 +200,14 @@ def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes 
                  **given):
     "Token-boundary validation: checks, segments, loss masks, rejects, report, next-turn prompts."
     from eagle3nb.validate import ValidateConfig, validate
+    from eagle3nb.generate import GenerateConfig
+    from eagle3nb.settings import stage_config
+    # [generate] tool_results decides the next turns after tool results: the flag, else the run's, else the default
+    tr = {"tool_results": given.pop("tool_results")} if "tool_results" in given else {}
+    tool_results = stage_config(GenerateConfig, run, "generate", tr).tool_results
     c = _settings(ValidateConfig, run, "validate", given)
     m = validate(run, target, c.family, c.drop_truncated, c.mask_reasoning, c.mask_tool_calls, generations,
-                 prompts_file)
+                 prompts_file, tool_results=tool_results)
     print(validate_summary(m))
     print(f"wrote {Path(run)/'validate'} "
           "(report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")
