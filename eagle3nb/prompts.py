@@ -120,20 +120,21 @@ def _json_field(v, what:str):
     "A field that may hold JSON text (ShareGPT-style tool rows store calls and tools as strings), as a value."
     if not isinstance(v, str): return v
     try: return json.loads(v)
-    except json.JSONDecodeError as e: raise Reject("malformed_row", f"{what} is not JSON ({e.msg}): {v[:60]!r}") from None
+    except json.JSONDecodeError as e:
+        raise Reject("malformed_row", f"{what} is not JSON ({e.msg}): {v[:60]!r}") from None
 
 def _sharegpt_calls(value, i:int) -> list:
-    "OpenAI `tool_calls` from a ShareGPT `function_call` turn's value: one `{name, arguments}` object or a list of them."
+    "OpenAI `tool_calls` from a ShareGPT `function_call` turn's value: one `{name, arguments}` object or a list."
     calls = _json_field(value, f"message {i} (function_call)")
     calls = calls if isinstance(calls, list) else [calls]
     if not all(isinstance(c, dict) and "name" in c for c in calls):
         raise Reject("malformed_row", f"message {i} (function_call) holds no {{name, arguments}} object")
     args = lambda a: a if isinstance(a, str) else json.dumps(a if a is not None else {}, ensure_ascii=False)
-    return [{"id": f"call_{i}_{n}", "type": "function", "function": {"name": c["name"], "arguments": args(c.get("arguments"))}}
-            for n, c in enumerate(calls)]
+    return [{"id": f"call_{i}_{n}", "type": "function",
+             "function": {"name": c["name"], "arguments": args(c.get("arguments"))}} for n, c in enumerate(calls)]
 
 def _tool_defs(tools) -> list|None:
-    "A row's tool definitions as OpenAI `{type: function, function: {...}}` entries (JSON text and bare functions read)."
+    "A row's tool definitions as OpenAI `{type: function, function: {...}}` entries (JSON text, bare functions read)."
     tools = _json_field(tools, "'tools'")
     if tools is None: return None
     if not isinstance(tools, list): raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")

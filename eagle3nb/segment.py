@@ -373,7 +373,7 @@ def training_row(prof:TokenProfile, rec:dict, turn:int, fr:dict, segs:list, mask
 # %% ../nbs/06a_segment.ipynb #4db3b81d
 KIND_GROUPS = ("reasoning", "answer", "tool_call", "scaffolding")
 
-def accepted_by_kind(segments:list, # a training record's `[kind, start, end)` (a "prompt" segment first), or the output's
+def accepted_by_kind(segments:list, # a record's `[kind, start, end)` (a "prompt" segment first), or the output's
                      accepted:list, # per position from `start`: 1 where the drafter's token was accepted
                      drafted:list|None=None, # per position: 1 where a token was drafted (None: not tallied)
                      start:int|None=None, # the position of the flags' first entry (default: the prompt's end)

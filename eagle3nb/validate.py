@@ -122,7 +122,8 @@ def _next_turn(self:_Validation, rec:dict, prec:dict|None, segs:list, truncated:
 def chain(self:_Validation) -> dict:
     "What became of each accepted record's conversation: next turns by what they followed, ends, stops by reason."
     n = sum(self.next.values()) + sum(self.stopped.values())
-    if n != self.tally.accepted: raise RuntimeError(f"{n} next-turn outcomes for {self.tally.accepted} accepted records")
+    if n != self.tally.accepted:
+        raise RuntimeError(f"{n} next-turn outcomes for {self.tally.accepted} accepted records")
     return {"tool_results": self.tool_results, "after_user": self.next["user"], "after_tool": self.next["tool"],
             "ended": self.next["end"], "stopped": dict(sorted(self.stopped.items())),
             "regenerated_after_tool": {"read": self.after_tool["read"], "accepted": self.after_tool["accepted"]},

@@ -8,7 +8,7 @@ from conftest import BIN
 from eagle3nb.core import read_jsonl, read_manifest
 from eagle3nb.models import load_tokenizer
 from eagle3nb.prompts import prepare, normalize_row
-from eagle3nb.segment import check_record, next_turn, segment_output
+from eagle3nb.segment import check_record, next_turn, segment_output, training_row
 from eagle3nb.templates import derive_profile
 from eagle3nb.validate import validate
 
@@ -28,7 +28,7 @@ def qwen_turn(tok, reasoning:str, calls=(), answer:str="") -> list:
     return ids + [151645]
 
 def kimi_turn(tok, reasoning:str, calls=(), answer:str="", first:int=0) -> list:
-    "A Kimi-K2.5 turn as the model emits it: reasoning closed by </think>, the answer, the tool-call section, <|im_end|>."
+    "A Kimi-K2.5 turn as the model emits it: reasoning closed by </think>, the answer, the call section, <|im_end|>."
     e = tok.encode
     ids = e(reasoning) + [163607] + (e(answer) if answer else [])
     if calls:
@@ -75,7 +75,8 @@ def test_qwen3_tool_chain_round_trip_matching_and_parallel(qwen, tmp_path):
         assert text.startswith("\n<|im_start|>user\n<tool_response>\n") and text.endswith("<|im_start|>assistant\n")
         p = nxt
     assert p["turn"] == 2 and [m["role"] for m in p["messages"]] == ["user", "assistant", "tool", "assistant", "tool"]
-    two = qwen_turn(tok, "Both cities at once.", [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})])
+    two = qwen_turn(tok, "Both cities at once.",
+                    [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})])
     nxt, outcome = _step(tok, prof, P["two-cities-t0"], two)
     n = len(P["two-cities-t0"]["prompt_ids"])
     assert outcome["after"] == "tool" and nxt["prompt_ids"][:n + len(two)] == P["two-cities-t0"]["prompt_ids"] + two
@@ -118,8 +119,8 @@ def test_tool_chain_stops_where_the_calls_differ(family, qwen, kimi, kimi_dir, t
     cases = [(fx, turn(tok, "Convert.", [("convert_currency", {"amount": 100.0, "from": "usd", "to": "eur"})]),
               "arguments"),
              (wc, turn(tok, "Forecast.", [("get_forecast", {"city": "Paris", "days": 2})]), "function_name"),
-             (wc, turn(tok, "Both.", [("get_weather", {"city": "Paris"}), ("get_forecast", {"city": "Paris",
-                                                                                             "days": 2})]), "call_count"),
+             (wc, turn(tok, "Both.", [("get_weather", {"city": "Paris"}),
+                                      ("get_forecast", {"city": "Paris", "days": 2})]), "call_count"),
              (wc, turn(tok, "No tools.", answer="I cannot look that up."), "no_tool_call")]
     for prec, out, reason in cases:
         nxt, outcome = _step(tok, prof, prec, out)
@@ -141,8 +142,9 @@ def test_tool_conversations_read_in_every_format(qwen, kimi_dir, tmp_path):
             else: conv.append({"from": {"user": "human", "assistant": "gpt", "tool": "observation"}[m["role"]],
                                "value": m["content"]})
         return {"id": r["id"], "tools": json.dumps([t["function"] for t in r["tools"]]), "conversations": conv}
-    strip = lambda ms: [(m["role"], m.get("content") or "", [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-                                                              for c in m.get("tool_calls") or []]) for m in ms]
+    calls = lambda m: [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                       for c in m.get("tool_calls") or []]
+    strip = lambda ms: [(m["role"], m.get("content") or "", calls(m)) for m in ms]
     for r in ROWS.values():
         a, b = normalize_row(r, "x"), normalize_row(sharegpt(r), "x")
         c = normalize_row({"id": r["id"], "tools": r["tools"], "conversations": r["messages"]}, "x")
@@ -166,13 +168,95 @@ def test_tool_loss_mask_never_covers_template_text(qwen, tmp_path):
     p = P["weather-chain-t0"]
     assert tok.decode(p["prompt_ids"]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     e = lambda s: tok.encode(s, add_special_tokens=False)
-    for k, args in enumerate([("get_weather", {"city": "Paris"}), ("get_forecast", {"city": "Paris", "days": 2}), None]):
+    steps = [("get_weather", {"city": "Paris"}), ("get_forecast", {"city": "Paris", "days": 2}), None]
+    for k, args in enumerate(steps):
         body = json.dumps({"name": args[0], "arguments": args[1]}) if args else None
         out = ([151657] + e(f"\n{body}\n") + [151658, 151645]) if args else e("Sunny, then rain.") + [151645]
-        from eagle3nb.segment import training_row
         rec = {"id": p["id"], "prompt_ids": p["prompt_ids"], "output_ids": out}
         segs, probs = segment_output(prof, p["prompt_ids"], out, {"type": "stop"}, tok)
         row = training_row(prof, rec, k, {"type": "stop"}, segs)
         assert probs == [] and row["loss_mask"] == [0] * len(p["prompt_ids"]) + [1] * len(out)
         if args: p, _ = _step(tok, prof, p, out)
     assert p["turn"] == 2 and tok.decode(p["prompt_ids"]).count("<tool_response>") == 2
+
+def _qwen_script(tok) -> dict:
+    "The target's turns (rid -> output ids), tool calls as Qwen3 emits them; fx-changed writes other arguments."
+    W, F = ("get_weather", {"city": "Paris"}), ("get_forecast", {"city": "Paris", "days": 2})
+    return {"weather-chain-t0": qwen_turn(tok, "Current weather first.", [W]),
+            "weather-chain-t1": qwen_turn(tok, "Now the forecast.", [F]),
+            "weather-chain-t2": qwen_turn(tok, "Summarise.", answer="21 °C and clear; then sun, then rain."),
+            "two-cities-t0": qwen_turn(tok, "Both.", [W, ("get_weather", {"city": "Rome"})]),
+            "two-cities-t1": qwen_turn(tok, "Compare.", answer="Rome is warmer: 27 °C against 21 °C."),
+            "fx-changed-t0": qwen_turn(tok, "Convert.", [("convert_currency", {"amount": 100.0, "from": "usd",
+                                                                               "to": "eur"})]),
+            "weather-followup-t0": qwen_turn(tok, "Look it up.", [("get_weather", {"city": "Oslo"})]),
+            "weather-followup-t1": qwen_turn(tok, "Report.", answer="Oslo: 3 °C with snow."),
+            "weather-followup-t2": qwen_turn(tok, "Advise.", answer="Yes, take a warm coat.")}
+
+def _generate(run, url, prompts_file=None) -> subprocess.Popen:
+    cmd = [str(BIN/"eagle3nb"), "generate", "--run", str(run), "--engine", "sglang", "--urls", url,
+           "--concurrency", "1", "--max_new_tokens", "256"]
+    cmd += ["--prompts_file", str(prompts_file)] if prompts_file else []
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+def test_tool_chain_end_to_end_through_sglang_wire_with_kill_9(qwen, tmp_path):
+    ("prepare -> generate (SGLang /generate, killed -9 at a request the server reports, then resumed) -> validate -> "
+     "next turns -> generate -> validate, three steps: every record is chained, ended or stopped by reason.")
+    from tool_server import ScriptedServer
+    tok = load_tokenizer(qwen)
+    script = _qwen_script(tok)
+    (tmp_path/"in.jsonl").write_text(DATA.read_text())
+    prepare(tmp_path/"in.jsonl", qwen, tmp_path/"r0", thinking=True, progress=False)
+    chains, prompts_file = [], None
+    with ScriptedServer(script, hold="fx-changed-t0", context_length=8192) as srv:
+        for step in range(3):
+            run = tmp_path/f"r{step}"
+            p = _generate(run, srv.url, prompts_file)
+            if step == 0:   # the third request arrives: the first two are on file, the third never answered
+                t0 = time.monotonic()
+                while not srv.arrived("fx-changed-t0"):
+                    assert p.poll() is None and time.monotonic() - t0 < 120, p.stdout.read() if p.poll() else "slow"
+                    time.sleep(0.02)
+                p.send_signal(signal.SIGKILL)
+                p.wait(30)
+                done = [o["id"] for o in read_jsonl(run/"generate/generations.jsonl")]
+                assert done == ["weather-chain-t0", "two-cities-t0"], done
+                srv.release()
+                while not srv.idle(): time.sleep(0.02)
+                p = _generate(run, srv.url)   # the rerun resumes
+            out, _ = p.communicate(timeout=300)
+            assert p.returncode == 0, out
+            gm = read_manifest(run/"generate")
+            c = gm["counts"]
+            assert (c["success"], c["failed"], c["skipped"]) == (c["items"], 0, 0)
+            ids = [o["id"] for o in read_jsonl(run/"generate/generations.jsonl")]
+            assert len(ids) == len(set(ids)) == gm["counts"]["items"]   # nothing lost, nothing doubled
+            m = validate(run, progress=False)
+            assert m["counts"]["rejected"] == 0 and m["counts"]["accepted"] == len(ids)
+            chains.append(m["counts"]["chain"])
+            recs = read_jsonl(run/"validate/records.jsonl")
+            assert all(r["next_turn"]["status"] in ("next", "end", "stopped") for r in recs)
+            prompts_file = run/"validate/next_prompts.jsonl"
+            assert len(read_jsonl(prompts_file)) == m["counts"]["next_turn_prompts"]
+        # each regenerated turn's prompt holds the previous turn as generated, token for token
+        for rid, prompt in srv.prompts.items():
+            if rid.endswith("-t0"): continue
+            prev = rid[:-1] + str(int(rid[-1]) - 1)
+            if rid == "weather-followup-t2": continue   # after a user turn: the template drops the reasoning
+            head = srv.prompts[prev] + script[prev]
+            assert prompt[:len(head)] == head, rid
+    assert srv.hits["fx-changed-t0"] == 2 and all(srv.hits[r] == 1 for r in script if r != "fx-changed-t0")
+    assert "fx-changed-t1" not in srv.hits   # the changed call's recorded result was never used
+    keys = ("after_user", "after_tool", "ended", "stopped", "regenerated_after_tool")
+    got = [{k: c[k] for k in keys} for c in chains]
+    print(json.dumps(got))
+    assert got == [
+        {"after_user": 0, "after_tool": 3, "ended": 0, "stopped": {"arguments": 1},
+         "regenerated_after_tool": {"read": 0, "accepted": 0}},
+        {"after_user": 1, "after_tool": 1, "ended": 1, "stopped": {},
+         "regenerated_after_tool": {"read": 3, "accepted": 3}},
+        {"after_user": 0, "after_tool": 0, "ended": 2, "stopped": {},
+         "regenerated_after_tool": {"read": 1, "accepted": 1}}]
+    stop = [r for r in read_jsonl(tmp_path/"r0/validate/records.jsonl") if r["next_turn"]["status"] == "stopped"]
+    assert [(r["id"], r["next_turn"]["reason"]) for r in stop] == [("fx-changed-t0", "arguments")]
+    assert "stopped: `arguments`" in (tmp_path/"r0/validate/report.md").read_text()
