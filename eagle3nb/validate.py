@@ -13,7 +13,7 @@ from .core import (InputError, JsonlReader, Tally, atomic_write_text, jsonl_writ
                            md_table, read_manifest, stage_dir, write_json, write_manifest)
 from .models import load_tokenizer
 from .templates import TokenProfile, derive_profile, forbidden_table
-from .segment import Problem, check_record, next_turn, training_row
+from .segment import TOOL_RESULTS, Problem, check_record, next_turn, training_row
 
 # %% auto #0
 __all__ = ['SEGMENT_COLORS', 'report_markdown', 'ValidateConfig', 'validate', 'tokens_html', 'plot_report', 'token_inspector']
@@ -215,6 +215,8 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
     "Check, segment and mask a run's generations; write records, rejects, report, SpecForge rows, next-turn prompts."
     from tqdm.auto import tqdm
     t0, run = time.time(), Path(run)
+    if tool_results not in TOOL_RESULTS:
+        raise InputError(f"[generate] tool_results = {tool_results!r}: use one of {', '.join(TOOL_RESULTS)}")
     gpath = Path(generations) if generations else run/"generate"/"generations.jsonl"
     if not gpath.exists(): raise InputError(f"{gpath}: no generation records; run `eagle3nb generate` first")
     # a turn-1 run has no prompts/ of its own: its generate manifest names them

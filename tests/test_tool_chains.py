@@ -260,3 +260,13 @@ def test_tool_chain_end_to_end_through_sglang_wire_with_kill_9(qwen, tmp_path):
     stop = [r for r in read_jsonl(tmp_path/"r0/validate/records.jsonl") if r["next_turn"]["status"] == "stopped"]
     assert [(r["id"], r["next_turn"]["reason"]) for r in stop] == [("fx-changed-t0", "arguments")]
     assert "stopped: `arguments`" in (tmp_path/"r0/validate/report.md").read_text()
+    # `recorded` reuses the result after the changed call too, and the report says so (through the CLI's flag)
+    import shutil
+    shutil.copytree(tmp_path/"r0", tmp_path/"r0rec")
+    r = subprocess.run([str(BIN/"eagle3nb"), "validate", "--run", str(tmp_path/"r0rec"), "--tool_results", "recorded"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ch = read_manifest(tmp_path/"r0rec/validate")["counts"]["chain"]
+    assert (ch["tool_results"], ch["after_tool"], ch["stopped"], ch["recorded_unmatched"]) == (
+        "recorded", 4, {}, {"arguments": 1})
+    assert "reused after calls that differed: `arguments` 1" in (tmp_path/"r0rec/validate/report.md").read_text()
