@@ -5,7 +5,7 @@ import json, signal, subprocess, time
 from pathlib import Path
 import pytest
 from conftest import BIN
-from eagle3nb.core import read_jsonl, read_manifest
+from eagle3nb.core import Run, read_jsonl, read_manifest
 from eagle3nb.models import load_tokenizer
 from eagle3nb.prompts import prepare, normalize_row
 from eagle3nb.segment import check_record, next_turn, segment_output, training_row
@@ -52,7 +52,7 @@ def _prompts(tmp_path, target, ids, thinking=None) -> dict:
     rows = [ROWS[i] for i in ids]
     (tmp_path/"in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     prepare(tmp_path/"in.jsonl", target, tmp_path, thinking=thinking, progress=False)
-    return {p["id"]: p for p in read_jsonl(tmp_path/"prompts/prompts.jsonl")}
+    return {p["id"]: p for p in read_jsonl(Run(tmp_path).prompts)}
 
 def test_qwen3_tool_chain_round_trip_matching_and_parallel(qwen, tmp_path):
     ("Qwen3: a three-step chain and a parallel call go on through the recorded results; each next prompt holds the "
@@ -156,7 +156,7 @@ def test_tool_conversations_read_in_every_format(qwen, kimi_dir, tmp_path):
         m = prepare(tmp_path/name/"in.jsonl", target, tmp_path/name, progress=False)
         assert m["counts"]["accepted"] == len(ROWS), m["counts"]
         tok = load_tokenizer(target)
-        text = tok.decode(read_jsonl(tmp_path/name/"prompts/prompts.jsonl")[0]["prompt_ids"])
+        text = tok.decode(read_jsonl(Run(tmp_path/name).prompts)[0]["prompt_ids"])
         assert "get_forecast" in text   # the tools reached the template
 
 def test_tool_loss_mask_never_covers_template_text(qwen, tmp_path):
@@ -219,24 +219,24 @@ def test_tool_chain_end_to_end_through_sglang_wire_with_kill_9(qwen, tmp_path):
                     time.sleep(0.02)
                 p.send_signal(signal.SIGKILL)
                 p.wait(30)
-                done = [o["id"] for o in read_jsonl(run/"generate/generations.jsonl")]
+                done = [o["id"] for o in read_jsonl(Run(run).generations)]
                 assert done == ["weather-chain-t0", "two-cities-t0"], done
                 srv.release()
                 while not srv.idle(): time.sleep(0.02)
                 p = _generate(run, srv.url)   # the rerun resumes
             out, _ = p.communicate(timeout=300)
             assert p.returncode == 0, out
-            gm = read_manifest(run/"generate")
+            gm = read_manifest(Run(run).generate_dir)
             c = gm["counts"]
             assert (c["success"], c["failed"], c["skipped"]) == (c["items"], 0, 0)
-            ids = [o["id"] for o in read_jsonl(run/"generate/generations.jsonl")]
+            ids = [o["id"] for o in read_jsonl(Run(run).generations)]
             assert len(ids) == len(set(ids)) == gm["counts"]["items"]   # nothing lost, nothing doubled
             m = validate(run, progress=False)
             assert m["counts"]["rejected"] == 0 and m["counts"]["accepted"] == len(ids)
             chains.append(m["counts"]["chain"])
-            recs = read_jsonl(run/"validate/records.jsonl")
+            recs = read_jsonl(Run(run).records)
             assert all(r["next_turn"]["status"] in ("next", "end", "stopped") for r in recs)
-            prompts_file = run/"validate/next_prompts.jsonl"
+            prompts_file = Run(run).validate_dir/"next_prompts.jsonl"
             assert len(read_jsonl(prompts_file)) == m["counts"]["next_turn_prompts"]
         # each regenerated turn's prompt holds the previous turn as generated, token for token
         for rid, prompt in srv.prompts.items():
@@ -257,16 +257,17 @@ def test_tool_chain_end_to_end_through_sglang_wire_with_kill_9(qwen, tmp_path):
          "regenerated_after_tool": {"read": 3, "accepted": 3}},
         {"after_user": 0, "after_tool": 0, "ended": 2, "stopped": {},
          "regenerated_after_tool": {"read": 1, "accepted": 1}}]
-    stop = [r for r in read_jsonl(tmp_path/"r0/validate/records.jsonl") if r["next_turn"]["status"] == "stopped"]
+    stop = [r for r in read_jsonl(Run(tmp_path/"r0").records) if r["next_turn"]["status"] == "stopped"]
     assert [(r["id"], r["next_turn"]["reason"]) for r in stop] == [("fx-changed-t0", "arguments")]
-    assert "stopped: `arguments`" in (tmp_path/"r0/validate/report.md").read_text()
+    assert "stopped: `arguments`" in (Run(tmp_path/"r0").validate_dir/"report.md").read_text()
     # `recorded` reuses the result after the changed call too, and the report says so (through the CLI's flag)
     import shutil
     shutil.copytree(tmp_path/"r0", tmp_path/"r0rec")
     r = subprocess.run([str(BIN/"eagle3nb"), "validate", "--run", str(tmp_path/"r0rec"), "--tool_results", "recorded"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    ch = read_manifest(tmp_path/"r0rec/validate")["counts"]["chain"]
+    ch = read_manifest(Run(tmp_path/"r0rec").validate_dir)["counts"]["chain"]
     assert (ch["tool_results"], ch["after_tool"], ch["stopped"], ch["recorded_unmatched"]) == (
         "recorded", 4, {}, {"arguments": 1})
-    assert "reused after calls that differed: `arguments` 1" in (tmp_path/"r0rec/validate/report.md").read_text()
+    md = (Run(tmp_path/"r0rec").validate_dir/"report.md").read_text()
+    assert "reused after calls that differed: `arguments` 1" in md
