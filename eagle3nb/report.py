@@ -38,7 +38,13 @@ def validate_summary(m:dict) -> str:
     c = m["counts"]
     return (f"validate ({m['config']['family']}): read {c['read']}, accepted {c['accepted']}, rejected {c['rejected']} "
             f"(failed checks: {_reasons(c['failed_checks'])}); truncated kept {c.get('truncated_kept', 0)}; "
-            f"next-turn prompts {c['next_turn_prompts']}")
+            f"next-turn prompts {c['next_turn_prompts']}" + _chain_summary(c.get("chain")))
+
+def _chain_summary(ch:dict|None) -> str:
+    "Where conversations went on through tool results or stopped: said only where they did."
+    if not ch or not (ch["after_tool"] or ch["stopped"] or ch["regenerated_after_tool"]["read"]): return ""
+    return (f" ({ch['after_tool']} after tool results, {ch['regenerated_after_tool']['accepted']} turns regenerated "
+            f"after one, stopped: {_reasons(ch['stopped'])})")
 
 def capture_summary(m:dict) -> str:
     c, st = m["counts"], m["storage"]
