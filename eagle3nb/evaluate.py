@@ -17,6 +17,7 @@ from .metrics import tau_sim
 from .decode import sweep
 from .replay import (by_k_row, greedy_runs, measure_replay, ngram_name, peak_ks, per_prompt_records,
                              prompt_texts, replay_prompts)
+from .kinds import acceptance_by_kind
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
 
 # %% auto #0
@@ -332,6 +333,7 @@ def measure_sets(es:EvalSetup, recs:list, srecs:list|None, sampling:dict|None=No
     runs, seeds, info = answer_runs(es, both, sampling)
     texts = prompt_texts(both, es.tgt.tokenizer)
     out = {**heldout_power(es, recs, runs[:n], texts, sampling, seeds and seeds[:n]), "engine": info}
+    out["by_kind"] = acceptance_by_kind(es, recs, runs[:n], out["ks"], out["ngram_chosen"])
     if srecs: out["sealed"] = sealed_power(es, srecs, runs[n:], out, texts, sampling, seeds and seeds[n:])
     return out
 
@@ -399,7 +401,7 @@ def costs_step(es:EvalSetup, recs:list, outputs:list, by_k:dict) -> tuple:
 
 # %% ../nbs/10c_evaluate.ipynb #72237806
 _SAMPLED_KEYS = ("power", "by_k", "best", "ngram_settings", "ngram_chosen", "ngram_peak", "eagle3_peak", "top_wins",
-                 "engine", "choices")
+                 "engine", "choices", "by_kind")
 
 def build_report(run, es:EvalSetup, prompts, sealed, recs:list, p:dict # the steps' results, by name
                 ) -> dict:

@@ -349,6 +349,25 @@ def _verdict_blocks(rep:dict) -> list:
             ("p", "Tokens per target forward, pooled, with 95% intervals from a paired bootstrap over conversations."
                   + src + chosen)]
 
+# %% ../nbs/12a_report.ipynb #917808b5
+def _kind_blocks(rep:dict) -> list:
+    "Acceptance by the kind of segment the answer was in (reasoning, answer, tool call, scaffolding), both methods."
+    rows = []
+    s = rep.get("sampled") or {}
+    for name, blk in (("T = 0", rep), (f"T = {s.get('temperature')}", s)):
+        for m, kinds in (blk.get("by_kind") or {}).items():
+            for g, r in kinds.items():
+                if not r["positions"]: continue
+                ci = lambda x, c: "—" if x is None else f"{x:.3f}" + (f" [{c[0]:.3f}–{c[1]:.3f}]" if c else "")
+                rows.append([name, m, g, r["positions"], ci(r["accept_rate"], r["accept_rate_ci95"]),
+                             ci(r["tokens_per_forward"], r["tokens_per_forward_ci95"])])
+    if not rows: return []
+    return [("h2", "Acceptance by segment kind"),
+            ("p", "Each output position has the kind of the segment it lies in, read from token ids; the acceptance "
+                  "rate is accepted ÷ drafted tokens there, tokens per forward the tokens emitted by the cycles that "
+                  "began there ÷ those cycles, each method at its chosen K, 95% intervals over conversations:"),
+            ("table", ["sampling", "method", "kind", "positions", "acceptance", "tokens per forward"], rows)]
+
 # %% ../nbs/12a_report.ipynb #4b6d2544
 def _screen_blocks(run:Path, rep:dict) -> list:
     "What drawing and screening the prompt sets passed over: too long, near duplicates of training prompts."
@@ -374,8 +393,8 @@ def report_blocks(run) -> list:
     b = [("h1", f"eagle3nb report: {run.name}"),
          ("p", f"Target `{target}`; data {data}; run directory `{run}`. "
                f"Total time of the stages {sum(v['seconds'] for v in led.values()):.0f} s.")]
-    return b + (_headline_blocks(rep) + _verdict_blocks(rep) + _sealed_blocks(rep) + _screen_blocks(run, rep)
-               if rep else []) + \
+    return b + (_headline_blocks(rep) + _verdict_blocks(rep) + _sealed_blocks(rep) + _kind_blocks(rep) +
+               _screen_blocks(run, rep) if rep else []) + \
         _vllm_blocks(run) + \
         _stage_blocks(run, led) + _plot_blocks(run) + _serve_blocks(run, target, rep)
 
