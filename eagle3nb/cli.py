@@ -151,7 +151,8 @@ def prepare_cmd(inputs:Param("input files (JSON array or JSONL) or built-in name
     "Render turn-0 prompts with the target's chat template."
     from eagle3nb.prompts import PrepareConfig, prepare
     c = _settings(PrepareConfig, run, "data", given)
-    m = prepare(inputs, target, run, c.max_prompt_tokens, c.thinking, c.tools, c.limit, c.drop_leading_assistant)
+    m = prepare(inputs, target, run, c.max_prompt_tokens, c.thinking, c.tools, c.limit, c.drop_leading_assistant,
+                thinking_share=c.thinking_share)
     print(prepare_summary(m))
     print(f"wrote {Run(run).prompts_dir}")
 

@@ -135,7 +135,7 @@ def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (d
     held = {conversation_of(o) for _, o in JsonlReader(held or heldout_prompts(run, c))}
     limit = c.generate.max_prompt_tokens or c.data.max_prompt_tokens or tgt.context_length
     cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * (n + t) + 8, c.data.heldout_share, held, limit,
-                           c.data.thinking)   # spares for what the screen drops
+                           c.data.thinking, c.data.thinking_share)   # spares for what the screen drops
     prompts = [o for _, o in JsonlReader(Run(run).prompts)]
     train_side = _training_side(prompts, c.data.heldout_share)
     ps, info = draw_prompts(cands, n, train_side, limit, last=True)
@@ -155,7 +155,7 @@ def _stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.prompts import prepare
     d = c.data
     return prepare_summary(prepare(d.inputs, c.target, run, d.max_prompt_tokens, d.thinking, d.tools, d.limit,
-                                   d.drop_leading_assistant))
+                                   d.drop_leading_assistant, thinking_share=d.thinking_share))
 
 def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.generate import engines_for, generate
