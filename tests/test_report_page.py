@@ -14,9 +14,10 @@ def test_where_each_method_wins_is_an_html_table(tiny_main_job, tmp_path):
     "The tiny run's prompts tie, so its wins list is empty: a copy given one win each renders them as a real table."
     import json
     from conftest import copy_run
+    from eagle3nb.core import Run
     from eagle3nb.report import write_report
     run = copy_run(tiny_main_job, tmp_path/"run")
-    p = run/"evaluate"/"report.json"
+    p = Run(run).eval_report
     rep = json.loads(p.read_text())
     win = lambda i, d: {"id": i, "conversation": i, "eagle3": 1.0 + max(d, 0), "ngram": 1.0 - min(d, 0), "diff": d,
                         "prompt": "a | b\nc"}

@@ -1,6 +1,7 @@
 ("`make run` without a vLLM venv says the check was not run; once the venv exists, the next run runs the check "
  "instead of skipping export as done earlier.")
 from conftest import BIN, copy_run, run
+from eagle3nb.core import Run
 
 def test_a_check_skipped_for_want_of_vllm_runs_once_the_venv_is_there(tiny_main_job, tmp_path):
     d = copy_run(tiny_main_job, tmp_path/"run")
@@ -18,4 +19,4 @@ def test_a_check_skipped_for_want_of_vllm_runs_once_the_venv_is_there(tiny_main_
     r = run(cmd, env={**absent, "VLLM_VENV": str(venv)})       # the venv now exists: the check runs
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "export: done earlier" not in r.stdout and started.exists(), r.stdout[-2000:]
-    assert "vLLM exited (1) before serving" in (d/"export"/"vllm_check.json").read_text()
+    assert "vLLM exited (1) before serving" in Run(d).vllm_check.read_text()
