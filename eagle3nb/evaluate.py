@@ -63,7 +63,7 @@ def plot_report(report:dict, out_dir) -> list:
         paths.append(out/name)
         plt.close(fig)
     by = lambda m: [r for r in rows if r["method"] == m]
-    fig, axs = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axs = plt.subplots(1, 3, figsize=(15, 4), sharex=True)   # one K axis: the loop's few Ks sit on the curves'
     for m, mk, col in (("eagle3", "o", "C0"), ("ngram", "s", "C1")):
         curve = by_k.get(m, [])
         if curve:
@@ -86,9 +86,13 @@ def plot_report(report:dict, out_dir) -> list:
                     label=f"eagle3 τ_walk predicted (training, {ts.get('walk_records')} held-out greedy records)")
     axs[1].axhline(1, color="gray", lw=0.8)
     axs[2].axhline(1, color="gray", lw=0.8)
+    from matplotlib.ticker import MaxNLocator
+    sp = [r["speedup"] for r in rows if r["method"] != "target"]
+    if sp: axs[2].set_ylim(min(0.9, min(sp) - 0.05), max(1.1, max(sp) + 0.05))   # 1 (the target alone) in view
     for ax, t in zip(axs,
                      ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward (prefill counted)",
                       "wall-clock tokens/s vs target alone (loop)")):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("K (draft tokens per verify step)")
         ax.set_title(t, fontsize=10)
     fig.suptitle(note, fontsize=10)

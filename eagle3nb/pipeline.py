@@ -29,10 +29,13 @@ def _train_section(c:PipelineConfig) -> dict:
     return {**sec, "select": c.train.select, "tuning": {k: getattr(c.evaluate, k) for k in _TUNING_KEYS}}
 
 def stage_keys(c:PipelineConfig) -> dict:
-    "A settings hash per stage, chained: each includes the previous stage's key."
+    ("A settings hash per stage, chained: each includes the previous stage's key. Export's includes whether a vLLM "
+     "venv exists where its check is `auto`: a check skipped for want of vLLM runs once the venv is there.")
+    from eagle3nb.vllm_check import vllm_python
     keys, prev = {}, c.target
     for s in STAGES:
         sec = _train_section(c) if s == "train" else asdict(getattr(c, SECTION[s]))
+        if s == "export" and c.export.vllm_check == "auto": sec["vllm_venv"] = bool(vllm_python())
         prev = keys[s] = hashlib.sha256(json.dumps([prev, s, sec], sort_keys=True).encode()).hexdigest()[:16]
     return keys
 
