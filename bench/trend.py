@@ -74,9 +74,9 @@ def reach(out:dict, label:str="medium", resamples:int=2000, seed:int=0) -> dict:
                            "doublings_ci95": [round(c, 2) for c in ci], "cpu_hours": hours(d),
                            "cpu_hours_ci95": [hours(c) for c in ci],
                            **{h: round(_doublings(*f, x_last, target), 2) for h, f in halves.items()}}
-    res["words"] = (f"An extrapolation of one run ({label}: {len(pts)} nested checkpoints of one cosine-decayed run, one "
-                    "seed) over its steps on fixed data, not a measurement of more data; the interval resamples its "
-                    "checkpoints as if independent (they are not: it is too narrow), and the two halves' fits show "
+    res["words"] = (f"An extrapolation of one run ({label}: {len(pts)} nested checkpoints of one cosine-decayed run, "
+                    "one seed) over its steps on fixed data, not a measurement of more data; the interval resamples "
+                    "its checkpoints as if independent (they are not: it is too narrow), and the two halves' fits show "
                     "how far the line itself moves.")
     return res
 
