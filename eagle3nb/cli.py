@@ -327,11 +327,7 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
     if c.sealed_n_prompts and not sealed.exists():
         raise InputError(f"{sealed}: no sealed prompts; the main job (`eagle3nb run`) writes them, or pass "
                          "--sealed_n_prompts 0")
-    rep = evaluate(run, prompts, drafter, c.ks, c.temperature, c.max_new_tokens, c.n_prompts, c.ngram,
-                   draft_sample=c.draft_sample, device=c.device, dtype=c.dtype, batch_size=c.batch_size,
-                   sealed=sealed if c.sealed_n_prompts else None, ngram_max_k=c.ngram_max_k,
-                   ngram_settings=c.ngram_settings, loop_n_prompts=c.loop_n_prompts,
-                   loop_max_new_tokens=c.loop_max_new_tokens, resamples=c.resamples, seed=c.seed)
+    rep = evaluate(run, prompts, c, sealed if c.sealed_n_prompts else None, drafter)
     print_report(rep)
     print(f"wrote {Run(run).evaluate_dir} (report.json, plots/)")
 

@@ -225,14 +225,8 @@ def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.costs import TooLarge
     from eagle3nb.evaluate import evaluate
-    e = c.evaluate
     held = heldout_prompts(run, c)
-    try: rep = evaluate(run, held, ks=e.ks, temperature=e.temperature,
-                        max_new_tokens=e.max_new_tokens, ngram=e.ngram, draft_sample=e.draft_sample, device=e.device,
-                        dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c, held),
-                        ngram_max_k=e.ngram_max_k, ngram_settings=e.ngram_settings, loop_n_prompts=e.loop_n_prompts,
-                        loop_max_new_tokens=e.loop_max_new_tokens,
-                        resamples=e.resamples, seed=e.seed)
+    try: rep = evaluate(run, held, c.evaluate, sealed_file(run, c, held))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         Run(run).eval_report.unlink(missing_ok=True)
         return f"evaluate: not run in this process: {err}"

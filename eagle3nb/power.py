@@ -137,13 +137,15 @@ def power_block(recs:list, # per-prompt records of one set (the sealed prompts, 
 def headline_from_per_prompt(path_or_recs, # `evaluate/per_prompt.jsonl`, or its records as a list
                              set:str|None="heldout", # which prompts: "heldout" or "sealed" (None: all)
                              *, ks:dict, # method → K, as the headline reports them
+                             temperature:float=0.0, # which answers: greedy (0) or those sampled at this temperature
                             ) -> dict:
     "Pooled and per-prompt-mean tokens per forward recomputed from the per-prompt records, at the given Ks."
     is_file = isinstance(path_or_recs, (str, os.PathLike))
     recs = read_jsonl(path_or_recs) if is_file else list(path_or_recs)
-    recs = [r for r in recs if set is None or r.get("set") == set]
-    if not recs: raise InputError(f"{path_or_recs if is_file else 'the records'}: no prompts of set {set!r}")
-    return {"set": set, "n_prompts": len(recs), "k": dict(ks),
+    recs = [r for r in recs if (set is None or r.get("set") == set) and r.get("temperature", 0.0) == temperature]
+    if not recs: raise InputError(f"{path_or_recs if is_file else 'the records'}: no prompts of set {set!r} at "
+                                  f"temperature {temperature}")
+    return {"set": set, "temperature": temperature, "n_prompts": len(recs), "k": dict(ks),
             "tokens_per_forward": {m: round(tokens_per_forward(recs, m, k), 4) for m, k in ks.items()},
             "mean_per_prompt": {m: round(mean_tokens_per_forward(recs, m, k), 4) for m, k in ks.items()}}
 

@@ -93,8 +93,11 @@ def evaluate_summary(report:dict) -> str:
     h, c = headline(report), report["config"]
     fmt = lambda r: ("—" if r is None else
                      f"K={r['k']}: τ {r['tau'] or 1:.3f}, {r['tokens_per_forward']:.3f} tokens/forward")
+    s = report.get("sampled") or {}
+    served = (f"; at the served T={s['temperature']}: eagle3 {fmt(s['best'].get('eagle3'))}; ngram "
+              f"{fmt(s['best'].get('ngram'))}; {s['power']['words']}" if s.get("power") else "")
     return (f"evaluate ({c['n_prompts']} held-out prompts, T={c['temperature']}): "
-            f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; {h['words']}; "
+            f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; {h['words']}{served}; "
             + (f"recommended K={h['recommended_k']}" if h["recommended_k"] else
                "no K beats the target alone: serve without speculation"))
 
