@@ -137,7 +137,7 @@ def vocab_sweep(run, drafter, model, recs:list, outputs:list, max_new_tokens:int
         out.append({"draft_vocab_size": n, "by_k": r["by_k"]["eagle3"], "best": r["best"]["eagle3"]})
     return out
 
-# %% ../nbs/10c_evaluate.ipynb #f5128931
+# %% ../nbs/10c_evaluate.ipynb #80bb5d55
 @dataclass
 class EvaluateConfig:
     "Settings of draft-and-verify evaluation (`eagle3nb evaluate`, the main job's `[evaluate]`)."
@@ -167,7 +167,7 @@ class EvaluateConfig:
             raise InputError(f"draft_sample={self.draft_sample!r}: use greedy (argmax drafts, vLLM's default) or "
                              "probabilistic")
 
-# %% ../nbs/10c_evaluate.ipynb #91d38ea9
+# %% ../nbs/10c_evaluate.ipynb #3f993f45
 def prompt_seed(seed:int, prompt_id:str) -> int:
     "The seed a prompt's sampled answer is drawn with: its own, so it depends on neither its batch nor its neighbours."
     return int(hashlib.sha256(f"{seed}:{prompt_id}".encode()).hexdigest()[:12], 16)
@@ -183,7 +183,7 @@ def eval_sampling(tgt, cfg:EvaluateConfig) -> dict|None:
                                                                              if s else "")}
     return s if s and s["temperature"] > 0 else None
 
-# %% ../nbs/10c_evaluate.ipynb #8d99f579
+# %% ../nbs/10c_evaluate.ipynb #e7f83564
 @dataclass
 class EvalSetup:
     "What every step of an evaluation shares: the settings, the drafter and target (weights once opened), the Ks."
@@ -222,7 +222,7 @@ def open_models(es:EvalSetup) -> EvalSetup:
     es.ngram_ks = list(range(1, max(list(c.ks) + [3 * c.ngram_max_k]) + 1)) if c.ngram else []
     return es
 
-# %% ../nbs/10c_evaluate.ipynb #347d46b7
+# %% ../nbs/10c_evaluate.ipynb #a7f33eae
 def draw_and_screen(es:EvalSetup, prompts, # held-out prompts: a JSONL of prompt records or conversations
                     sealed=None, # the sealed prompts' JSONL (measured last, at the held-out K)
                    ) -> tuple:
@@ -237,7 +237,7 @@ def draw_and_screen(es:EvalSetup, prompts, # held-out prompts: a JSONL of prompt
         srecs, sdropped, _ = screen_drafter_heldout(prompt_records(sealed, tok), es.ddir, str(sealed))
     return recs, srecs, {"heldout": dropped, "sealed": sdropped}, checked
 
-# %% ../nbs/10c_evaluate.ipynb #4d082766
+# %% ../nbs/10c_evaluate.ipynb #e0f7116b
 def answer_runs(es:EvalSetup, recs:list, # the prompts of both sets, one batched run
                 sampling:dict|None=None, # `eval_sampling`: each answer drawn from it; None: greedy
                ) -> tuple:
@@ -258,7 +258,7 @@ def answer_runs(es:EvalSetup, recs:list, # the prompts of both sets, one batched
             "note": f"held-out and sealed prompts' {what} answers, their tails and aux states, one batched run"}
     return runs, seeds, info
 
-# %% ../nbs/10c_evaluate.ipynb #081bbfb3
+# %% ../nbs/10c_evaluate.ipynb #d0cc6840
 def _at(rows:list, k:int) -> dict|None: return next((r for r in rows if r["k"] == k), None)
 
 def _named(res:dict, methods:dict) -> dict:
@@ -276,7 +276,7 @@ def _peak(ks:dict, m:str, measured:list) -> dict|None:
     "Whether a method's chosen K is near the largest K measured: its best K may lie further."
     return {"k": ks[m], "measured_to": max(measured), "still_rising": ks[m] > max(measured) - 2} if m in ks else None
 
-# %% ../nbs/10c_evaluate.ipynb #1e02fb8e
+# %% ../nbs/10c_evaluate.ipynb #136ae4f7
 def heldout_power(es:EvalSetup, recs:list, runs:list, texts:dict, sampling:dict|None=None, seeds:list|None=None
                  ) -> dict:
     ("On the held-out prompts: every K of each method replayed over the answers, n-gram's lookup setting and each "
@@ -305,7 +305,7 @@ def heldout_power(es:EvalSetup, recs:list, runs:list, texts:dict, sampling:dict|
         out["top_wins"] = top_wins(lines, ks)
     return out
 
-# %% ../nbs/10c_evaluate.ipynb #468f9c00
+# %% ../nbs/10c_evaluate.ipynb #dd30a8ae
 def sealed_power(es:EvalSetup, srecs:list, runs:list, held:dict, texts:dict, sampling:dict|None=None,
                  seeds:list|None=None) -> dict:
     ("The sealed prompts at the lookup setting and K each method chose on the held-out ones (no choice made here): "
@@ -335,7 +335,7 @@ def measure_sets(es:EvalSetup, recs:list, srecs:list|None, sampling:dict|None=No
     if srecs: out["sealed"] = sealed_power(es, srecs, runs[n:], out, texts, sampling, seeds and seeds[n:])
     return out
 
-# %% ../nbs/10c_evaluate.ipynb #8e7b552b
+# %% ../nbs/10c_evaluate.ipynb #5fcf959b
 def _cut_run(r:dict, n:int) -> dict:
     "A greedy run as if decoded to `n` tokens: its answer's first `n` (a greedy prefix), the tail after them."
     full = r["output"] + r["tail"]
@@ -367,7 +367,7 @@ def loop_beside_replay(model, d, recs:list, runs:list, max_new_tokens:int, eos:l
     same = sum(o == c["output"] for o, c in zip(res["outputs"], cut))
     return res, {**_loop_check(res["rows"], lines, len(ps), same), "max_new_tokens": max_new_tokens}
 
-# %% ../nbs/10c_evaluate.ipynb #8a417a0e
+# %% ../nbs/10c_evaluate.ipynb #c3136e59
 def loop_step(es:EvalSetup, recs:list, t0m:dict, progress:bool=False) -> tuple:
     ("At T=0, the real loop with wall-clock time on the first `loop_n_prompts` held-out prompts, its counters beside "
      "the replay's of the same answers: `(sweep's answer, loop check)`.")
@@ -397,7 +397,7 @@ def costs_step(es:EvalSetup, recs:list, outputs:list, by_k:dict) -> tuple:
         for r in rs: r["expected_speedup"] = expected_speedup(r, costs, m)
     return costs, recommend_k(longest["per_position"], costs)
 
-# %% ../nbs/10c_evaluate.ipynb #e810ae47
+# %% ../nbs/10c_evaluate.ipynb #72237806
 _SAMPLED_KEYS = ("power", "by_k", "best", "ngram_settings", "ngram_chosen", "ngram_peak", "eagle3_peak", "top_wins",
                  "engine", "choices")
 
@@ -434,7 +434,7 @@ def build_report(run, es:EvalSetup, prompts, sealed, recs:list, p:dict # the ste
 
 def _drop(d:dict, *keys) -> dict: return {k: v for k, v in d.items() if k not in keys}
 
-# %% ../nbs/10c_evaluate.ipynb #b7fd2028
+# %% ../nbs/10c_evaluate.ipynb #ad43ab3e
 def write_evaluation(run, es:EvalSetup, report:dict, measured:list, # `measure_sets`' answers (T=0, sampled)
                      seconds:float) -> dict:
     "Write `per_prompt.jsonl` (both samplings, both sets), the plots, `report.json` and the manifest; the report."
@@ -456,7 +456,7 @@ def write_evaluation(run, es:EvalSetup, report:dict, measured:list, # `measure_s
                    **({"sampled_best": best(report["sampled"]["best"])} if "sampled" in report else {}))
     return report
 
-# %% ../nbs/10c_evaluate.ipynb #27d5d5cf
+# %% ../nbs/10c_evaluate.ipynb #6d6e1221
 def _ci(x:float, ci:list) -> str: return f"{x:.3f} [{ci[0]:.3f}–{ci[1]:.3f}]"
 
 def power_lines(p:dict, where:str) -> list:
@@ -495,7 +495,7 @@ def print_loop(report:dict):
         print(f"the loop beside the replay on those prompts: answers equal on {lc['outputs_equal_replay']} of "
               f"{lc['prompts']}; counters equal for {same} of {len(lc['counters_equal'])} method and K pairs")
 
-# %% ../nbs/10c_evaluate.ipynb #e31af8ac
+# %% ../nbs/10c_evaluate.ipynb #aaeac306
 def print_by_k(report:dict):
     "Every K of each method (replayed at T=0), with the expected speed-up from the measured costs."
     by_k, c = report.get("by_k") or {}, report["config"]
@@ -539,7 +539,7 @@ def print_report(report:dict):
         print("\n".join(power_lines(s["power"], "sealed, at the held-out K")))
     if s := report.get("sampled"): print("\n".join(sampled_lines(s)))
 
-# %% ../nbs/10c_evaluate.ipynb #1fe93214
+# %% ../nbs/10c_evaluate.ipynb #38e5ec74
 def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl), writes evaluate/
              prompts, # JSONL of held-out prompt records (`prompt_ids`) or conversations (`messages`)
              cfg:EvaluateConfig|None=None, # the settings (default `EvaluateConfig()`), then `overrides` on top

@@ -75,7 +75,7 @@ def sample_tokens(logits, # `[rows, vocab]` logits of the last position
             out[i] = t if si is None else int(si[j, t])
     return out
 
-# %% ../nbs/03b_local.ipynb #4cccee36
+# %% ../nbs/03b_local.ipynb #33243dd5
 def processed_probs(logits, # `[V]` or `[rows, V]` logits
                     temperature:float, top_k:int=-1, top_p:float=1.0) -> "torch.Tensor":
     "The sampled distribution after temperature, top-k and top-p (vLLM's order), in vocabulary order; float32."

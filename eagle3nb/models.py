@@ -279,7 +279,7 @@ def eos_ids(path:Path, tokenizer) -> list:
     if not ids and getattr(tokenizer, "eos_token_id", None) is not None: ids = [tokenizer.eos_token_id]
     return [int(i) for i in ids]
 
-# %% ../nbs/01_models.ipynb #3c69a7bd
+# %% ../nbs/01_models.ipynb #ae91e7dc
 MODEL_CARD_SAMPLING = {   # by the GGUF or repository a built-in target comes from: its card's recommended sampling
     "SmolLM2-135M-Instruct": {"temperature": 0.2, "top_p": 0.9, "top_k": -1,
                               "source": "the SmolLM2-135M-Instruct model card's example: model.generate(..., "
