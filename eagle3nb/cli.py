@@ -197,12 +197,19 @@ def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes 
                  generations:Param("generation records to read (default: RUN/generate/generations.jsonl)", str)=None,
                  prompts_file:Param("prompt records of those generations "
                                     "(default: the generate manifest's, else RUN/prompts/prompts.jsonl)", str)=None,
+                 tool_results:Param("next turns after recorded tool results: matching, recorded or stop "
+                                    "(default: the run's [generate] tool_results, else matching)", str)=None,
                  **given):
     "Token-boundary validation: checks, segments, loss masks, rejects, report, next-turn prompts."
     from eagle3nb.validate import ValidateConfig, validate
+    from eagle3nb.generate import GenerateConfig
+    from eagle3nb.settings import stage_config
+    # [generate] tool_results decides the next turns after tool results: the flag, else the run's, else the default
+    tool_results = stage_config(GenerateConfig, run, "generate",
+                                {"tool_results": tool_results} if tool_results else {}).tool_results
     c = _settings(ValidateConfig, run, "validate", given)
     m = validate(run, target, c.family, c.drop_truncated, c.mask_reasoning, c.mask_tool_calls, generations,
-                 prompts_file)
+                 prompts_file, tool_results=tool_results)
     print(validate_summary(m))
     print(f"wrote {Run(run).validate_dir} "
           "(report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")

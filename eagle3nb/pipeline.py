@@ -186,7 +186,7 @@ def _stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.validate import validate
     v = c.validate
     return validate_summary(validate(run, None, v.family, v.drop_truncated, v.mask_reasoning, v.mask_tool_calls,
-                                     generations=_generations(run)))
+                                     generations=_generations(run), tool_results=c.generate.tool_results))
 
 def _stage_context(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.context import context

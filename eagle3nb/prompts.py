@@ -104,7 +104,8 @@ def __iter__(self:JsonArrayReader):
 # %% ../nbs/02_prompts.ipynb #e121d6ae
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
                   "bing": "assistant", "model": "assistant", "assistant": "assistant", "system": "system",
-                  "tool": "tool", "function": "tool", "observation": "tool"}
+                  "tool": "tool", "function": "tool", "observation": "tool",
+                  "function_call": "assistant"}   # its value holds the calls: read into `tool_calls`
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 # %% ../nbs/02_prompts.ipynb #1812b42f
@@ -113,6 +114,31 @@ class Reject(Exception):
     def __init__(self, reason:str, detail:str):
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail = reason, detail
+
+# %% ../nbs/02_prompts.ipynb #f69fc785
+def _json_field(v, what:str):
+    "A field that may hold JSON text (ShareGPT-style tool rows store calls and tools as strings), as a value."
+    if not isinstance(v, str): return v
+    try: return json.loads(v)
+    except json.JSONDecodeError as e:
+        raise Reject("malformed_row", f"{what} is not JSON ({e.msg}): {v[:60]!r}") from None
+
+def _sharegpt_calls(value, i:int) -> list:
+    "OpenAI `tool_calls` from a ShareGPT `function_call` turn's value: one `{name, arguments}` object or a list."
+    calls = _json_field(value, f"message {i} (function_call)")
+    calls = calls if isinstance(calls, list) else [calls]
+    if not all(isinstance(c, dict) and "name" in c for c in calls):
+        raise Reject("malformed_row", f"message {i} (function_call) holds no {{name, arguments}} object")
+    args = lambda a: a if isinstance(a, str) else json.dumps(a if a is not None else {}, ensure_ascii=False)
+    return [{"id": f"call_{i}_{n}", "type": "function",
+             "function": {"name": c["name"], "arguments": args(c.get("arguments"))}} for n, c in enumerate(calls)]
+
+def _tool_defs(tools) -> list|None:
+    "A row's tool definitions as OpenAI `{type: function, function: {...}}` entries (JSON text, bare functions read)."
+    tools = _json_field(tools, "'tools'")
+    if tools is None: return None
+    if not isinstance(tools, list): raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")
+    return [t if not isinstance(t, dict) or "type" in t else {"type": "function", "function": t} for t in tools] or None
 
 # %% ../nbs/02_prompts.ipynb #10f5c8c7
 @dataclass
@@ -161,13 +187,15 @@ def normalize_row(row, default_id:str) -> Conversation:
             role = SHAREGPT_ROLES.get(str(m["from"]).lower())
             if role is None:
                 raise Reject("unknown_role", f"message {i} has from={m['from']!r}; known: {sorted(SHAREGPT_ROLES)}")
-            m = {"role": role, "content": m.get("value")}
+            if str(m["from"]).lower() == "function_call":
+                m = {"role": "assistant", "content": "", "tool_calls": _sharegpt_calls(m.get("value"), i)}
+            else: m = {"role": role, "content": m.get("value")}
         else:
             if m.get("role") not in ROLES:
                 raise Reject("unknown_role", f"message {i} has role={m.get('role')!r}; known: {sorted(ROLES)}")
             m = dict(m)
         c = m.get("content")
-        if c is None and not m.get("tool_calls"): m["content"] = c = ""
+        if c is None: m["content"] = c = ""   # OpenAI's `content: null` beside tool calls: templates want text
         if c is not None and not isinstance(c, (str, list)):
             raise Reject("malformed_row", f"message {i} content is a {type(c).__name__}, not text")
         out.append(m)
@@ -175,10 +203,7 @@ def normalize_row(row, default_id:str) -> Conversation:
         c = m.get("content")
         return not m.get("tool_calls") and (not c or (isinstance(c, str) and not c.strip()))
     if all(_empty(m) for m in out): raise Reject("empty_conversation", f"all {len(out)} messages are empty")
-    tools = row.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")
-    return Conversation(rid, out, tools or None, fmt)
+    return Conversation(rid, out, _tool_defs(row.get("tools")), fmt)
 
 # %% ../nbs/02_prompts.ipynb #91fa6adf
 def first_turn(conv:Conversation,

@@ -11,7 +11,7 @@ from .core import Run, STAGES, InputError, atomic_write_text, md_table, read_jso
 # %% auto #0
 __all__ = ['NO_INTERVAL', 'prepare_summary', 'generate_summary', 'validate_summary', 'capture_summary', 'context_summary',
            'train_summary', 'headline', 'evaluate_summary', 'verdict_line', 'render_markdown', 'render_html',
-           'serve_commands', 'report_blocks', 'write_report', 'report_headline']
+           'serve_commands', 'verdict_rows', 'report_blocks', 'write_report', 'report_headline']
 
 # %% ../nbs/12a_report.ipynb #bcb18a3c
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
@@ -38,7 +38,13 @@ def validate_summary(m:dict) -> str:
     c = m["counts"]
     return (f"validate ({m['config']['family']}): read {c['read']}, accepted {c['accepted']}, rejected {c['rejected']} "
             f"(failed checks: {_reasons(c['failed_checks'])}); truncated kept {c.get('truncated_kept', 0)}; "
-            f"next-turn prompts {c['next_turn_prompts']}")
+            f"next-turn prompts {c['next_turn_prompts']}" + _chain_summary(c.get("chain")))
+
+def _chain_summary(ch:dict|None) -> str:
+    "Where conversations went on through tool results or stopped: said only where they did."
+    if not ch or not (ch["after_tool"] or ch["stopped"] or ch["regenerated_after_tool"]["read"]): return ""
+    return (f" ({ch['after_tool']} after tool results, {ch['regenerated_after_tool']['accepted']} turns regenerated "
+            f"after one, stopped: {_reasons(ch['stopped'])})")
 
 def capture_summary(m:dict) -> str:
     c, st = m["counts"], m["storage"]
@@ -312,6 +318,37 @@ def _serve_blocks(run:Path, target:str, rep:dict|None) -> list:
         b += [("p", f"{layout}:"), ("code", cmd)]
     return b
 
+# %% ../nbs/12a_report.ipynb #2dd16102
+def verdict_rows(rep:dict) -> list:
+    ("One row a sampling and set: each method at its K with its interval, the ratio with its interval, the verdict — "
+     "T = 0 and the served sampling side by side.")
+    ci = lambda x, c: f"{x:.3f} [{c[0]:.3f}–{c[1]:.3f}]"
+    s, rows = rep.get("sampled") or {}, []
+    for name, blk in (("T = 0 (greedy)", rep), (f"T = {s.get('temperature')}, top-p {s.get('top_p')}, top-k "
+                                                f"{s.get('top_k')} (served)", s)):
+        for where, p in (("held-out", blk.get("power")), ("sealed", (blk.get("sealed") or {}).get("power"))):
+            if not p: continue
+            t, c = p["tokens_per_forward"], p["ci95"]
+            cells = [f"K={p['k'][m]}: {ci(t[m], c[m])}" for m in ("eagle3", "ngram")]
+            rows.append([name, where, p["n_prompts"], *cells,
+                         ci(p["ratio"], c["ratio"]), p["verdict"]])
+    return rows
+
+def _verdict_blocks(rep:dict) -> list:
+    "Both verdicts in one table, the served sampling's source, and what the held-out figure was chosen among."
+    rows, s, ch = verdict_rows(rep), rep.get("sampled") or {}, rep.get("choices") or {}
+    if not rows: return []
+    chosen = (f" The held-out figures are each method's best among the configurations tried ({ch.get('ngram')} for "
+              f"n-gram: lookup settings × K; {ch.get('eagle3')} for the drafter: K), so they carry that choice; the "
+              "sealed figures, measured once at the held-out choice, do not." if ch else "")
+    src = (f" The served sampling is {s['source']}; each prompt's answer is drawn once with its own recorded seed, and "
+           "every K is replayed over it (an argmax draft is accepted exactly when it equals the sampled token)."
+           if s else " No served sampling was measured (the target names none and none was set).")
+    return [("h2", "The verdict at T = 0 and at the served sampling"),
+            ("table", ["sampling", "set", "prompts", "eagle3", "ngram", "ratio eagle3 ÷ ngram", "verdict"], rows),
+            ("p", "Tokens per target forward, pooled, with 95% intervals from a paired bootstrap over conversations."
+                  + src + chosen)]
+
 # %% ../nbs/12a_report.ipynb #4b6d2544
 def _screen_blocks(run:Path, rep:dict) -> list:
     "What drawing and screening the prompt sets passed over: too long, near duplicates of training prompts."
@@ -337,7 +374,8 @@ def report_blocks(run) -> list:
     b = [("h1", f"eagle3nb report: {run.name}"),
          ("p", f"Target `{target}`; data {data}; run directory `{run}`. "
                f"Total time of the stages {sum(v['seconds'] for v in led.values()):.0f} s.")]
-    return b + (_headline_blocks(rep) + _sealed_blocks(rep) + _screen_blocks(run, rep) if rep else []) + \
+    return b + (_headline_blocks(rep) + _verdict_blocks(rep) + _sealed_blocks(rep) + _screen_blocks(run, rep)
+               if rep else []) + \
         _vllm_blocks(run) + \
         _stage_blocks(run, led) + _plot_blocks(run) + _serve_blocks(run, target, rep)
 

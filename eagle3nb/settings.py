@@ -11,6 +11,7 @@ from .core import Run, STAGES, InputError, read_json
 from .prompts import PrepareConfig
 from .generate import GenerateConfig
 from .validate import ValidateConfig
+from .segment import TOOL_RESULTS
 from .context import ContextConfig
 from .capture import CaptureConfig
 from .train import TrainConfig
@@ -174,6 +175,8 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
                          "`eagle3nb capture --print_server_command` prints")
     if not c.evaluate.ks or any(not isinstance(k, int) or k < 1 for k in c.evaluate.ks):
         raise InputError(f"[evaluate] ks = {c.evaluate.ks}: a list of chain lengths ≥ 1, e.g. [1, 2, 3]")
+    if c.generate.tool_results not in TOOL_RESULTS:
+        raise InputError(f"[generate] tool_results = {c.generate.tool_results!r}: use {', '.join(TOOL_RESULTS)}")
     if c.evaluate.draft_sample not in ("greedy", "probabilistic"):
         raise InputError(f"[evaluate] draft_sample = {c.evaluate.draft_sample!r}: use greedy or probabilistic")
     if not 0 < c.data.heldout_share < 1:

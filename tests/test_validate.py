@@ -125,7 +125,8 @@ def test_qwen3_tool_call_history(qwen, tmp_path):
     out = ([151667] + e("\nUse the tool.\n") + [151668] + e("\n\n") + [151657]
            + e('\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n') + [151658, 151645])
     msgs = [{"role": "user", "content": "Weather?"}]
-    row = {"id": "w", "messages": msgs + [{"role": "assistant", "content": "x"},
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    row = {"id": "w", "messages": msgs + [{"role": "assistant", "content": "", "tool_calls": [call]},   # as regenerated
                                           {"role": "tool", "content": "{\"temp\": 21}"},
                                            {"role": "user", "content": "Thanks, and tomorrow?"}]}
     prec = {"id": "w-t0", "turn": 0, "messages": msgs, "tools": None, "options": {"thinking": True},
