@@ -17,6 +17,7 @@ from .metrics import tau_sim
 from .decode import sweep
 from .replay import (by_k_row, greedy_runs, measure_replay, ngram_name, peak_ks, per_prompt_records,
                              prompt_texts, replay_prompts)
+from .kinds import acceptance_by_kind
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
 
 # %% auto #0
@@ -62,7 +63,7 @@ def plot_report(report:dict, out_dir) -> list:
         paths.append(out/name)
         plt.close(fig)
     by = lambda m: [r for r in rows if r["method"] == m]
-    fig, axs = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axs = plt.subplots(1, 3, figsize=(15, 4), sharex=True)   # one K axis: the loop's few Ks sit on the curves'
     for m, mk, col in (("eagle3", "o", "C0"), ("ngram", "s", "C1")):
         curve = by_k.get(m, [])
         if curve:
@@ -85,9 +86,13 @@ def plot_report(report:dict, out_dir) -> list:
                     label=f"eagle3 τ_walk predicted (training, {ts.get('walk_records')} held-out greedy records)")
     axs[1].axhline(1, color="gray", lw=0.8)
     axs[2].axhline(1, color="gray", lw=0.8)
+    from matplotlib.ticker import MaxNLocator
+    sp = [r["speedup"] for r in rows if r["method"] != "target"]
+    if sp: axs[2].set_ylim(min(0.9, min(sp) - 0.05), max(1.1, max(sp) + 0.05))   # 1 (the target alone) in view
     for ax, t in zip(axs,
                      ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward (prefill counted)",
                       "wall-clock tokens/s vs target alone (loop)")):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("K (draft tokens per verify step)")
         ax.set_title(t, fontsize=10)
     fig.suptitle(note, fontsize=10)
@@ -332,6 +337,7 @@ def measure_sets(es:EvalSetup, recs:list, srecs:list|None, sampling:dict|None=No
     runs, seeds, info = answer_runs(es, both, sampling)
     texts = prompt_texts(both, es.tgt.tokenizer)
     out = {**heldout_power(es, recs, runs[:n], texts, sampling, seeds and seeds[:n]), "engine": info}
+    out["by_kind"] = acceptance_by_kind(es, recs, runs[:n], out["ks"], out["ngram_chosen"])
     if srecs: out["sealed"] = sealed_power(es, srecs, runs[n:], out, texts, sampling, seeds and seeds[n:])
     return out
 
@@ -399,7 +405,7 @@ def costs_step(es:EvalSetup, recs:list, outputs:list, by_k:dict) -> tuple:
 
 # %% ../nbs/10c_evaluate.ipynb #72237806
 _SAMPLED_KEYS = ("power", "by_k", "best", "ngram_settings", "ngram_chosen", "ngram_peak", "eagle3_peak", "top_wins",
-                 "engine", "choices")
+                 "engine", "choices", "by_kind")
 
 def build_report(run, es:EvalSetup, prompts, sealed, recs:list, p:dict # the steps' results, by name
                 ) -> dict:

@@ -29,10 +29,13 @@ def _train_section(c:PipelineConfig) -> dict:
     return {**sec, "select": c.train.select, "tuning": {k: getattr(c.evaluate, k) for k in _TUNING_KEYS}}
 
 def stage_keys(c:PipelineConfig) -> dict:
-    "A settings hash per stage, chained: each includes the previous stage's key."
+    ("A settings hash per stage, chained: each includes the previous stage's key. Export's includes whether a vLLM "
+     "venv exists where its check is `auto`: a check skipped for want of vLLM runs once the venv is there.")
+    from eagle3nb.vllm_check import vllm_python
     keys, prev = {}, c.target
     for s in STAGES:
         sec = _train_section(c) if s == "train" else asdict(getattr(c, SECTION[s]))
+        if s == "export" and c.export.vllm_check == "auto": sec["vllm_venv"] = bool(vllm_python())
         prev = keys[s] = hashlib.sha256(json.dumps([prev, s, sec], sort_keys=True).encode()).hexdigest()[:16]
     return keys
 
@@ -139,7 +142,7 @@ def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (d
     held, held_ids = {conversation_of(o) for o in held_recs}, [o["prompt_ids"] for o in held_recs]
     limit = c.generate.max_prompt_tokens or c.data.max_prompt_tokens or tgt.context_length
     cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * (n + t) + 8, c.data.heldout_share, held, limit,
-                           c.data.thinking)   # spares for what the screen drops
+                           c.data.thinking, c.data.thinking_share)   # spares for what the screen drops
     prompts = [o for _, o in JsonlReader(Run(run).prompts)]
     train_side, pieces = _training_side(prompts, c.data.heldout_share), template_pieces(tgt.tokenizer)
     ps, info = draw_prompts(cands, n, train_side + held_ids, limit, last=True, pieces=pieces)   # nor held-out ones
@@ -160,7 +163,7 @@ def _stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.prompts import prepare
     d = c.data
     return prepare_summary(prepare(d.inputs, c.target, run, d.max_prompt_tokens, d.thinking, d.tools, d.limit,
-                                   d.drop_leading_assistant))
+                                   d.drop_leading_assistant, thinking_share=d.thinking_share))
 
 def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.generate import engines_for, generate

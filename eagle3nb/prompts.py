@@ -16,7 +16,7 @@ from .models import asset_path, load_target
 # %% auto #0
 __all__ = ['SHAREGPT_ROLES', 'ROLES', 'DATASETS', 'JsonArrayReader', 'Reject', 'Conversation', 'normalize_row', 'first_turn',
            'conversation_id', 'conversation_of', 'resolve_input', 'RowReader', 'render_prompt', 'template_hash',
-           'PrepareConfig', 'prepare']
+           'thinking_mode', 'PrepareConfig', 'prepare']
 
 # %% ../nbs/02_prompts.ipynb #3c7354ad
 _WS = " \t\r\n"
@@ -292,6 +292,15 @@ def template_hash(tokenizer) -> str|None:
     if isinstance(t, dict): t = json.dumps(t, sort_keys=True)
     return hashlib.sha256(t.encode()).hexdigest() if t else None
 
+# %% ../nbs/02_prompts.ipynb #f15dd63a
+def thinking_mode(thinking:bool|None, # the fixed mode (`[data] thinking`), used when there is no share
+                  share:float|None, # the share of conversations with reasoning on, or None
+                  conversation:str) -> bool|None:
+    "The reasoning switch of one conversation's prompts: `thinking`, or on for a hashed `share` of conversations."
+    if share is None: return thinking
+    if not 0 <= share <= 1: raise InputError(f"thinking_share={share}: a share of conversations, between 0 and 1")
+    return int(hashlib.sha256(f"thinking:{conversation}".encode()).hexdigest()[:15], 16) / 16**15 < share
+
 # %% ../nbs/02_prompts.ipynb #1597ee93
 def _prompt_record(row, where:dict, default_id:str, seen:set, tok, render:dict) -> tuple:
     "`(PromptRecord, leading turns dropped)` for one input row; raises `Reject` with the reason."
@@ -301,15 +310,16 @@ def _prompt_record(row, where:dict, default_id:str, seen:set, tok, render:dict) 
     seen.add(conv.id)
     msgs, dropped, k = first_turn(conv, render["drop_leading_assistant"])
     tl = conv.tools if render["tools"] else None
-    try: ids = render_prompt(tok, msgs, tl, render["thinking"])
+    cid = conversation_id(row, conv)
+    thinking = thinking_mode(render["thinking"], render.get("thinking_share"), cid)
+    try: ids = render_prompt(tok, msgs, tl, thinking)
     except Exception as e: raise Reject("template_error", f"{type(e).__name__}: {e}") from None
     limit = render["max_prompt_tokens"]
     if limit and len(ids) > limit:
         raise Reject("prompt_too_long", f"{len(ids)} prompt tokens > max_prompt_tokens={limit}")
     source = {"format": conv.format, **where, "row": row, "assistant_index": k}
-    return PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl, source,
-                        {"thinking": render["thinking"], "dropped_leading": dropped},
-                        conversation_id(row, conv)), dropped
+    return PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl, source, {"thinking": thinking, "dropped_leading": dropped},
+                        cid), dropped
 
 # %% ../nbs/02_prompts.ipynb #e4905df3
 @dataclass
@@ -318,6 +328,8 @@ class PrepareConfig:
     inputs: list = field(default_factory=lambda: ["sharegpt"])  # files (JSON array or JSONL) or built-in names
     limit: int | None = None  # read at most this many rows in all (None: all)
     thinking: bool | None = None  # reasoning on/off in the chat template (None: the template's default)
+    thinking_share: float | None = None  # mixed: this share of conversations with reasoning on, the rest off (each
+                                         # prompt records its mode; a hash of the conversation id decides)
     max_prompt_tokens: int | None = None  # reject longer prompts (default: the target's context length)
     tools: bool = True  # pass rows' tool definitions to the template
     drop_leading_assistant: bool = True  # drop assistant turns before the first user turn (false: reject the row)
@@ -333,6 +345,7 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
             limit:int|None=None, # read at most this many rows in all (None: all)
             drop_leading_assistant:bool=True, # drop assistant turns before the first user turn (else reject the row)
             progress:bool=True, # show a progress bar
+            thinking_share:float|None=None, # mixed modes: this share of conversations with reasoning on, the rest off
            ) -> dict:
     "Render turn-0 prompts for every input row; return the manifest."
     t0 = time.time()
@@ -343,11 +356,12 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
     if max_prompt_tokens is None: max_prompt_tokens = tgt.context_length
     out = stage_dir(run, "prepare")
     tally, seen, n_tokens, n_dropped, truncations = Tally(), set(), 0, 0, []
-    options = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
+    options = {"thinking": thinking, "thinking_share": thinking_share, "tools": tools,
+               "drop_leading_assistant": drop_leading_assistant,
                "template_sha256": template_hash(tok),
                "max_prompt_tokens": max_prompt_tokens, "target": str(tgt.path)}
-    render = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
-              "max_prompt_tokens": max_prompt_tokens}
+    render = {"thinking": thinking, "thinking_share": thinking_share, "tools": tools,
+              "drop_leading_assistant": drop_leading_assistant, "max_prompt_tokens": max_prompt_tokens}
     bar = tqdm(total=limit, desc="prompts", unit="row", disable=not progress)
     with jsonl_writers_atomic({"ok": out/"prompts.jsonl", "rej": out/"rejected.jsonl"}) as ws:
         for path in paths:

@@ -13,7 +13,7 @@ from .templates import TokenProfile, generation_prompt_of, harmony_role
 # %% auto #0
 __all__ = ['TOOL_RESULTS', 'KIND_GROUPS', 'Problem', 'is_truncated', 'segment_output', 'loss_mask_from_segments',
            'assistant_message', 'call_mismatch', 'next_turn', 'next_turn_prompt', 'check_record', 'training_row',
-           'accepted_by_kind']
+           'kind_groups', 'accepted_by_kind']
 
 # %% ../nbs/06a_segment.ipynb #9fd2bb4f
 @dataclass
@@ -373,13 +373,8 @@ def training_row(prof:TokenProfile, rec:dict, turn:int, fr:dict, segs:list, mask
 # %% ../nbs/06a_segment.ipynb #4db3b81d
 KIND_GROUPS = ("reasoning", "answer", "tool_call", "scaffolding")
 
-def accepted_by_kind(segments:list, # a record's `[kind, start, end)` (a "prompt" segment first), or the output's
-                     accepted:list, # per position from `start`: 1 where the drafter's token was accepted
-                     drafted:list|None=None, # per position: 1 where a token was drafted (None: not tallied)
-                     start:int|None=None, # the position of the flags' first entry (default: the prompt's end)
-                    ) -> dict:
-    "Positions, drafted and accepted tokens by segment kind: reasoning, answer, tool_call, scaffolding."
-    if start is None: start = next((e for k, _, e in segments if k == "prompt"), 0)
+def kind_groups(segments:list) -> dict:
+    "Each output position's group (`KIND_GROUPS`): text after the first tool call and end markers are scaffolding."
     first_call = next((s for k, s, _ in segments if k == "tool_call"), None)
     group_at = {}
     for k, s, e in segments:
@@ -387,6 +382,16 @@ def accepted_by_kind(segments:list, # a record's `[kind, start, end)` (a "prompt
         g = k if k in ("reasoning", "tool_call") else "scaffolding"
         if k == "answer": g = "scaffolding" if first_call is not None and s > first_call else "answer"
         for t in range(s, e): group_at[t] = g
+    return group_at
+
+def accepted_by_kind(segments:list, # a record's `[kind, start, end)` (a "prompt" segment first), or the output's
+                     accepted:list, # per position from `start`: 1 where the drafter's token was accepted
+                     drafted:list|None=None, # per position: 1 where a token was drafted (None: not tallied)
+                     start:int|None=None, # the position of the flags' first entry (default: the prompt's end)
+                    ) -> dict:
+    "Positions, drafted and accepted tokens by segment kind: reasoning, answer, tool_call, scaffolding."
+    if start is None: start = next((e for k, _, e in segments if k == "prompt"), 0)
+    group_at = kind_groups(segments)
     out = {g: {"positions": 0, "drafted": 0, "accepted": 0} for g in KIND_GROUPS}
     if drafted is not None and len(drafted) != len(accepted):
         raise InputError(f"{len(accepted)} accepted flags but {len(drafted)} drafted flags: one of each per position")

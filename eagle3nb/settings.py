@@ -211,8 +211,10 @@ def run_settings(run, section:str) -> tuple:
     return dict(d.get(section) or {}), d.get("target")
 
 def stage_config(cls, run, section:str, given:dict|None=None):
-    "An instance of stage dataclass `cls`: its defaults ← what `run` recorded for `[section]` ← `given` (flags)."
+    ("An instance of stage dataclass `cls`: the main job's defaults (`pipeline_config()`: `MAIN_JOB`, size small) ← "
+     "what `run` recorded for `[section]` ← `given` (flags); so `eagle3nb STAGE` and `eagle3nb run` agree.")
     rec, _ = run_settings(run, section)
+    base = getattr(pipeline_config(), section, None)
     known = {f.name for f in fields(cls)}
-    return config_from_dict({**{k: v for k, v in rec.items() if k in known}, **(given or {})}, cls(),
-                            where=f"{Run(run).settings} [{section}]")
+    return config_from_dict({**{k: v for k, v in rec.items() if k in known}, **(given or {})},
+                            base if isinstance(base, cls) else cls(), where=f"{Run(run).settings} [{section}]")

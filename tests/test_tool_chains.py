@@ -16,7 +16,7 @@ DATA = Path(__file__).parent/"data"/"tool_conversations.jsonl"
 ROWS = {r["id"]: r for r in read_jsonl(DATA)}
 
 @pytest.fixture(scope="module")
-def qwen(shared_tokenizers): return shared_tokenizers/"qwen3"
+def qwen(tokenizer_files): return tokenizer_files/"qwen3"
 
 def qwen_turn(tok, reasoning:str, calls=(), answer:str="") -> list:
     "A Qwen3 turn as the model emits it: reasoning, the answer, Hermes JSON calls in <tool_call>, <|im_end|>."
