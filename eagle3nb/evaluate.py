@@ -15,8 +15,8 @@ from .protocol import Sampling
 from .heldout import check_drafter_heldout, prompt_records, screen_drafter_heldout
 from .metrics import tau_sim
 from .decode import sweep
-from .replay import (by_k_row, greedy_runs, measure_replay, ngram_name, peak_ks, per_prompt_records,
-                             prompt_texts, replay_prompts)
+from .replay import (by_k_row, configurations_chosen_among, greedy_runs, measure_replay, ngram_name, peak_ks,
+                             per_prompt_records, prompt_texts, replay_prompts)
 from .kinds import acceptance_by_kind
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
 
@@ -304,7 +304,7 @@ def heldout_power(es:EvalSetup, recs:list, runs:list, texts:dict, sampling:dict|
            "outputs": [r["output"] for r in held["runs"]], "ngram_settings": table, "ngram_chosen": names.get(chosen),
            "ngram_peak": _peak(ks, "ngram", es.ngram_ks) if chosen else None,
            "eagle3_peak": _peak(ks, "eagle3", es.eagle_ks), "methods": methods, "ks": ks, "shown": shown,
-           "choices": {"ngram": len(settings) * len(es.ngram_ks), "eagle3": len(es.eagle_ks)}}
+           "choices": configurations_chosen_among(settings if es.ngram_ks else [], es.ngram_ks, es.eagle_ks)}
     if len(ks) == 2:
         out["power"] = power_block(lines, ks, c.max_new_tokens, c.resamples, c.seed)
         out["top_wins"] = top_wins(lines, ks)

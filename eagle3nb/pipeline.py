@@ -7,15 +7,15 @@ from __future__ import annotations
 import hashlib, json, time
 from dataclasses import asdict
 from pathlib import Path
-from .core import Run, InputError, JsonlReader, read_json, write_json, write_jsonl_atomic
+from .core import Run, InputError, JsonlReader, read_json, read_jsonl, write_json, write_jsonl_atomic
 from .core import STAGES
 from .settings import SECTION, PipelineConfig, pipeline_config
 from .report import (capture_summary, context_summary, evaluate_summary, generate_summary, prepare_summary,
                              report_headline, train_summary, validate_summary, write_report)
 
 # %% auto #0
-__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'target_shape', 'capture_need', 'train_fit',
-           'torch_cuda', 'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
+__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'set_screen', 'target_shape', 'capture_need',
+           'train_fit', 'torch_cuda', 'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
 _TUNING_KEYS = ("tuning_n_prompts", "sealed_n_prompts", "n_prompts", "prompts_file", "temperature", "max_new_tokens",
@@ -175,6 +175,20 @@ def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     finally: stop()
 
 
+# %% ../nbs/12b_pipeline.ipynb #92019bfe
+def set_screen(run, c:PipelineConfig) -> dict:
+    ("Every pair of the run's prompt sets — training (the prompts of the records the drafter trained on), tuning, "
+     "held-out, sealed — screened both ways (`heldout.screen_sets`): near copies, identical prompt ids under another "
+     "conversation, shared conversations. Written into `evaluate/report.json`.")
+    from eagle3nb.heldout import screen_sets, template_pieces
+    from eagle3nb.models import load_tokenizer
+    r = Run(run)
+    used = {o.get("prompt_id") for _, o in JsonlReader(r.capture_records)} if r.capture_records.exists() else set()
+    sets = {"training": [p for _, p in JsonlReader(r.prompts) if p["id"] in used] if r.prompts.exists() else []}
+    sets.update({k: read_jsonl(f) for k, f in (("tuning", r.tuning_prompts), ("heldout", r.heldout_prompts),
+                                               ("sealed", r.sealed_prompts)) if f.exists()})
+    return screen_sets(sets, template_pieces(load_tokenizer(c.target)))
+
 # %% ../nbs/12b_pipeline.ipynb #1f7966b3
 def _generations(run:Path) -> Path:
     "generate/generations.jsonl, or where it holds samples of prompts no longer generated for, those of this run only."
@@ -233,6 +247,8 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         Run(run).eval_report.unlink(missing_ok=True)
         return f"evaluate: not run in this process: {err}"
+    rep["set_screen"] = set_screen(run, c)
+    write_json(Run(run).eval_report, rep)
     return evaluate_summary(rep)
 
 
@@ -257,7 +273,6 @@ def _vllm_check(c:PipelineConfig, run:Path) -> str:
            "no sealed prompts measured ([evaluate] sealed_n_prompts)" if not b else None)
     if why: res = {"not_run": why}
     else:
-        from eagle3nb.core import read_jsonl
         res = vllm_check(Run(run).export("speculators"), Run(run).target, read_jsonl(Run(run).sealed_prompts),
                          b["k"], s["max_new_tokens"], b, s["outputs"], Run(run).vllm_log,
                          dtype=rep["config"]["dtype"], concurrency=c.export.vllm_concurrency)

@@ -359,9 +359,7 @@ def _verdict_blocks(rep:dict) -> list:
     "Both verdicts in one table, the served sampling's source, and what the held-out figure was chosen among."
     rows, s, ch = verdict_rows(rep), rep.get("sampled") or {}, rep.get("choices") or {}
     if not rows: return []
-    chosen = (f" The held-out figures are each method's best among the configurations tried ({ch.get('ngram')} for "
-              f"n-gram: lookup settings × K; {ch.get('eagle3')} for the drafter: K), so they carry that choice; the "
-              "sealed figures, measured once at the held-out choice, do not." if ch else "")
+    chosen = f" At T = 0, {ch['words']}." if ch.get("words") else ""
     src = (f" The served sampling is {s['source']}; each prompt's answer is drawn once with its own recorded seed, and "
            "every K is replayed over it (an argmax draft is accepted exactly when it equals the sampled token)."
            if s else " No served sampling was measured (the target names none and none was set).")
