@@ -6,7 +6,7 @@ resumed to the uninterrupted weights (to rounding), with the plan's memory figur
 import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
-from conftest import BIN
+from conftest import BIN, pause_env, wait_paused
 from real_shapes import NAMES, TARGETS, write_capture, write_target
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_shapes]
@@ -152,9 +152,10 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     assert rc == 0, err
     want, rows_ref = _sample(ref/"train/checkpoints/step-000002.pt"), _rows(ref)
     shutil.rmtree(ref)                                         # its gigabytes, before the second run writes its own
-    p = subprocess.Popen(args + [str(cut), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ck, t0 = cut/"train/checkpoints", time.time()
-    while not (ck/"step-000001.pt").exists() and time.time() - t0 < 600 and p.poll() is None: time.sleep(0.05)
+    env, marker = pause_env(real["dir"], "checkpoint", 1)   # it waits after step 1's checkpoint: killed there
+    p = subprocess.Popen(args + [str(cut), *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    ck = cut/"train/checkpoints"
+    wait_paused(p, marker, hang=1800)
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert (ck/"step-000001.pt").exists() and not (cut/"train/manifest.json").exists(), "not killed after step 1"
