@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #ea191e5a
 from __future__ import annotations
-import errno, json, os, sys, time, platform, tempfile, shutil
+import errno, json, os, sys, time, platform, tempfile, shutil, traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
@@ -41,10 +41,10 @@ def free_bytes(path) -> int:
 class DiskFullError(InputError):
     "The disk filled while writing: the message names the file, the bytes needed and free, and what to do."
 
-def disk_full_message(path, needed:int|None=None) -> str:
+def disk_full_message(path, needed:int|None=None, free:int|None=None) -> str:
     "What a full disk at `path` means and what to do."
-    need = f"needed {needed:,} bytes, " if needed else ""
-    return (f"{path}: no space left on its disk ({need}{free_bytes(path):,} bytes free there): free space on that disk "
+    need, free = f"needed {needed:,} bytes, " if needed else "", free_bytes(path) if free is None else free
+    return (f"{path}: no space left on its disk ({need}{free:,} bytes free there): free space on that disk "
             "or pass --run a directory on another one, then rerun: it resumes where it stopped")
 
 @contextmanager
@@ -56,8 +56,11 @@ def disk_full_said(path, needed:int|None=None, # bytes the write needs, where kn
     except DiskFullError: raise
     except Exception as e:
         if not is_disk_full(e): raise
+        traceback.clear_frames(e.__traceback__)
+        held, before = sum(Path(r).stat().st_size for r in remove if Path(r).exists()), free_bytes(path)
         for r in remove: Path(r).unlink(missing_ok=True)
-        raise DiskFullError(disk_full_message(path, needed)) from None
+        free = max(free_bytes(path), before + held)   # a writer that still holds the file frees it when it goes
+        raise DiskFullError(disk_full_message(path, needed, free)) from None
 
 # %% ../nbs/00_core.ipynb #f30689ee
 _LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
