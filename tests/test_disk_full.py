@@ -160,3 +160,17 @@ def test_each_writer_turns_the_librarys_full_disk_error_into_a_plain_one(tmp_pat
         jw._f = real
     assert [json.loads(x)["id"] for x in (tmp_path/"g.jsonl").read_text().splitlines()] == ["q0"]
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["g.jsonl"]
+
+
+def test_the_plan_reads_the_disk_the_run_will_live_on_and_refuses_up_front(small_disk):
+    "A run directory not made yet: the plan reads its nearest existing parent's filesystem, not the working one's."
+    from eagle3nb.core import InputError
+    from eagle3nb.pipeline import _gib, plan, run_pipeline
+    from eagle3nb.settings import pipeline_config
+    _leave(small_disk, 12 << 20)                                 # a 12 MiB disk
+    run = small_disk/"not/made/yet"
+    c = pipeline_config(target="tiny-llama", run=str(run), generate={"n_prompts": 10**5, "max_new_tokens": 2048})
+    line = next(ln for ln in plan(c) if ln.startswith("  capture"))
+    assert f"; {_gib(shutil.disk_usage(small_disk).free)} free" in line and "DOES NOT FIT" in line, line
+    with pytest.raises(InputError, match=r"capture needs .* more disk .* but .* has 1\d\.\d MiB free"): run_pipeline(c)
+    assert not (run/"prompts").exists()                          # refused before its first stage
