@@ -92,7 +92,8 @@ def load_optimizer(opt, drafter, state:dict, where):
     bad = [n for i, n, p in zip(ids, names, params) if set(o["state"].get(i, {})) != {"step", *_MOMENTS}
            or any(o["state"][i][m].shape != p.shape for m in _MOMENTS)]
     if len(ids) != len(names) or bad or set(o["state"]) - set(ids):
-        raise InputError(f"{where}: AdamW's state is incomplete (for {bad or 'other tensors than this drafter'}s): "
+        what = ", ".join(bad) if bad else "tensors other than this drafter's"
+        raise InputError(f"{where}: AdamW's state is incomplete (no step and moments of their shape for {what}): "
                          "a resume from it would not continue the run; resume from an earlier checkpoint, or --fresh")
     opt.load_state_dict(o)
     return opt
