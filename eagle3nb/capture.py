@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import (InputError, JsonlReader, JsonlWriter, check_settings, disk_full_said, pause_point, read_json,
-                           read_manifest, write_json, write_jsonl_atomic, write_manifest)
+from .core import (Run, InputError, JsonlReader, JsonlWriter, check_settings, disk_full_said, pause_point,
+                           read_json, write_json, write_jsonl_atomic, write_manifest)
 from .models import load_target, sglang_layer_ids
 from .lean import LeanLlama
 
@@ -217,7 +217,7 @@ def _rows_of(out, pattern:str) -> list:
 # %% ../nbs/07_capture.ipynb #e66da5ff
 def read_records(run, records=None) -> tuple:
     "`(path, records)` of the validated records a capture reads (`run/validate/records.jsonl` unless `records`)."
-    rpath = Path(records) if records else Path(run)/"validate"/"records.jsonl"
+    rpath = Path(records) if records else Run(run).records
     if not rpath.exists():
         raise InputError(f"{rpath}: no validated records; run `eagle3nb validate` first")
     return rpath, [o for _, o in JsonlReader(rpath)]
@@ -315,11 +315,11 @@ def run_capture(run, # run directory: writes run/capture
                 config:dict|None=None, # more manifest config (the engine's own settings)
                 t0:float|None=None) -> dict|None:
     "The loop every capture engine shares: config lock, resume, skips, NaN quarantine, shards, index, manifest."
-    t0, run = t0 or time.time(), Path(run)
+    t0, run = t0 or time.time(), Run(run)
     rank, world, distributed = dist_env()
     rpath, all_recs = read_records(run, records)
     H, L = int(tgt.config()["hidden_size"]), int(tgt.config()["num_hidden_layers"])
-    out = run/"capture"
+    out = run.capture_dir
     sdir = out/"shards"
     if rank == 0: lock_config(out, cfg, fresh)          # config.json exists before any shard
     if distributed:
@@ -382,11 +382,11 @@ def capture(run, # run directory: reads validate/records.jsonl, writes capture/
             lean:bool=True, # on a CPU, the lean forward for models it knows; False: transformers' padded forward
            ) -> dict|None:
     "Capture aux and final hidden states of every validated record with the target in this process; the manifest."
-    t0, run = time.time(), Path(run)
+    t0, run = time.time(), Run(run)
     rank, world, distributed = dist_env()
     read_records(run, records)                          # a clear error before anything loads
     if target is None:
-        target = read_manifest(run/"validate")["config"]["target"]
+        target = run.target
     if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
     device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
     tgt = load_target(target)

@@ -8,7 +8,7 @@ import hashlib, json, os, shlex, shutil, time, uuid
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import InputError, first_diff, read_json, read_manifest
+from .core import Run, InputError, first_diff, read_json
 from .capture import _DT, capture_config, default_aux_layers, read_records, run_capture
 from .models import cache_dir, load_target
 
@@ -269,18 +269,18 @@ def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capt
                  fresh:bool=False, # discard what run/capture holds and start over
                  progress:bool=True) -> dict:
     "Capture aux and final hidden states of every validated record through vLLM servers; return the manifest."
-    t0, run = time.time(), Path(run)
+    t0, run = time.time(), Run(run)
     urls = [urls] if isinstance(urls, str) else list(urls or [])
     if not urls: raise InputError(f"--url: give at least one vLLM server ({_START})")
     _, all_recs = read_records(run, records)
-    if target is None: target = read_manifest(run/"validate")["config"]["target"]
+    if target is None: target = run.target
     if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
     tgt = load_target(target)
     L, H = int(tgt.config()["num_hidden_layers"]), int(tgt.config()["hidden_size"])
     aux_layers = list(aux_layers or default_aux_layers(L))
     want = server_layer_ids(aux_layers, L)
     norm = final_norm(tgt)
-    tag = hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:8]   # this run directory's requests
+    tag = hashlib.sha256(str(run.path.resolve()).encode()).hexdigest()[:8]   # this run directory's requests
     servers = [VllmHiddenStates(u, timeout, tag) for u in urls]
     try:
         probe = all_recs[0]["input_ids"][:8] if all_recs else [0]

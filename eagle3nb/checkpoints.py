@@ -6,7 +6,7 @@
 from __future__ import annotations
 from pathlib import Path
 import torch
-from .core import InputError, read_json, read_jsonl, read_manifest, write_json
+from .core import Run, InputError, trained_k, read_json, read_jsonl, read_manifest, write_json
 from .drafter import Drafter, load_drafter, save_drafter
 from .power import choose_k, power_block
 from .replay import greedy_runs, measure_replay, ngram_name, per_prompt_records
@@ -18,7 +18,7 @@ __all__ = ['kept_checkpoints', 'checkpoint_drafter', 'step_losses', 'checkpoint_
 # %% ../nbs/10d_checkpoints.ipynb #9afce442
 def kept_checkpoints(run) -> list:
     "`[(step, path)]` of the checkpoints in `RUN/train/checkpoints`, oldest first (the last step is always kept)."
-    d = Path(run)/"train"/"checkpoints"
+    d = Run(run).checkpoints_dir
     return [(int(p.stem.split("-")[1]), p) for p in sorted(d.glob("step-*.pt"))] if d.exists() else []
 
 def checkpoint_drafter(final_dir, # the run's final drafter (`RUN/train/drafter`): its config and embeddings
@@ -33,7 +33,7 @@ def checkpoint_drafter(final_dir, # the run's final drafter (`RUN/train/drafter`
 def step_losses(run) -> dict:
     ("`{split: {step: loss at step 0 of the chain}}` from `RUN/train/metrics.jsonl`: `train` (the window logged at "
      "every checkpoint) and `heldout` (at every `eval_every` steps and the last).")
-    rows = read_jsonl(Path(run)/"train"/"metrics.jsonl")
+    rows = read_jsonl(Run(run).metrics)
     return {s: {r["step"]: r["loss_k"][0] for r in rows if r.get("split") == s and r.get("loss_k")}
             for s in ("train", "heldout")}
 
@@ -42,7 +42,7 @@ def checkpoint_facts(run, step:int,
                     ) -> dict:
     ("`step`, `train_tokens` (steps × padded `batch_tokens`), `cpu_minutes` (the stage's seconds spread evenly over "
      "its steps), `train_loss` and `heldout_loss` (None where not evaluated at that step) of one checkpoint.")
-    m = read_manifest(Path(run)/"train")
+    m = read_manifest(Run(run).train_dir)
     steps, secs = m["counts"]["steps"], m["timings"]["seconds"]
     losses = step_losses(run) if losses is None else losses
     return {"step": step, "train_tokens": step * m["config"]["batch_tokens"],
@@ -82,13 +82,13 @@ def select_checkpoint(run, # a run whose `RUN/train` kept its checkpoints
     recs = read_jsonl(prompts) if isinstance(prompts, (str, Path)) else list(prompts)
     if not recs: raise InputError(f"{where}: no tuning prompts to choose a checkpoint on: set [evaluate] "
                                   "tuning_n_prompts above 0, or [train] select = \"last\"")
-    out, cks = run/"train", kept_checkpoints(run)
+    out, cks = Run(run).train_dir, kept_checkpoints(run)
     if len(cks) < 2:
         raise InputError(f"{out/'checkpoints'}: {'only step ' + str(cks[0][0]) if cks else 'no checkpoint'} kept, "
                          "nothing to choose from: lower [train] ckpt_every below the run's steps (and keep_checkpoints "
                          "0 or 2 or more), or [train] select = \"last\"")
     cfg = read_json(out/"drafter"/"config.json")
-    k = cfg["eagle3nb_train"]["ttt_steps"]
+    k = trained_k(out/"drafter")
     tgt = load_target(load_drafter(out/"drafter").config.target)
     device, dtype = resolve_device(device, dtype, tgt.config())
     model, eos = tgt.load_model(dtype, device), eos_ids(tgt.path, tgt.tokenizer)

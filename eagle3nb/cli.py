@@ -16,7 +16,7 @@ from fastcore.script import Param, call_parse, store_true
 # large CPU tensors on 2 MB pages, PyTorch's own switch (read at its first large allocation): a Kimi-K2.5-shaped
 # training process spent 82 s of its 110 in the kernel, mostly page faults; 58 of 92 with it (measured in #34's note)
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-from .core import InputError
+from .core import Run, InputError
 from .report import (capture_summary, context_summary, generate_summary, prepare_summary, train_summary,
                              validate_summary)
 
@@ -134,7 +134,7 @@ def _settings(cls, run, section:str, given:dict):
     "The stage's settings: defaults ← what the main job recorded in `run` ← `given`; says where they came from."
     from eagle3nb.settings import run_settings, stage_config
     if run_settings(run, section)[0]:
-        print(f"settings: [{section}] of {Path(run)/'pipeline_config.json'}, then the flags")
+        print(f"settings: [{section}] of {Run(run).settings}, then the flags")
     return stage_config(cls, run, section, given)
 
 def _target(run, target):
@@ -153,7 +153,7 @@ def prepare_cmd(inputs:Param("input files (JSON array or JSONL) or built-in name
     c = _settings(PrepareConfig, run, "data", given)
     m = prepare(inputs, target, run, c.max_prompt_tokens, c.thinking, c.tools, c.limit, c.drop_leading_assistant)
     print(prepare_summary(m))
-    print(f"wrote {Path(run)/'prompts'}")
+    print(f"wrote {Run(run).prompts_dir}")
 
 # %% ../nbs/90_cli.ipynb #8afc09c7
 @call_parse
@@ -167,7 +167,7 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
     "Token-direct generation: prompt ids in, output ids out, resumable."
     from eagle3nb.generate import GenerateConfig, engines_for, generate
     c = _settings(GenerateConfig, run, "generate", given)
-    main_job = Path(run)/"generate_prompts.jsonl"
+    main_job = Run(run).generate_prompts
     engines, stop = engines_for(c, _target(run, target))
     try: m = generate(run, engines, c.sampling, n_samples=c.n_samples, concurrency=c.concurrency,
                       retry_failed=retry_failed,
@@ -175,7 +175,7 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                       batch_size=c.batch_size, fresh=fresh)
     finally: stop()
     print(generate_summary(m))
-    print(f"wrote {Path(run)/'generate'}")
+    print(f"wrote {Run(run).generate_dir}")
 
 # %% ../nbs/90_cli.ipynb #13443a80
 @call_parse
@@ -204,7 +204,7 @@ def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes 
     m = validate(run, target, c.family, c.drop_truncated, c.mask_reasoning, c.mask_tool_calls, generations,
                  prompts_file)
     print(validate_summary(m))
-    print(f"wrote {Path(run)/'validate'} "
+    print(f"wrote {Run(run).validate_dir} "
           "(report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")
 
 # %% ../nbs/90_cli.ipynb #2e48f721
@@ -221,7 +221,7 @@ def context_cmd(run:Param("run directory (reads prompts/, generate/ and validate
         raise InputError("--n_prompts: how many context records to make, e.g. --n_prompts 300 --replies")
     m = context(run, c, share=run_settings(run, "data")[0].get("heldout_share", PrepareConfig.heldout_share))
     print(context_summary(m))
-    print(f"wrote {Path(run)/'context'} (the capture reads its records after the validated ones)")
+    print(f"wrote {Run(run).context_dir} (the capture reads its records after the validated ones)")
 
 # %% ../nbs/90_cli.ipynb #2d915728
 @call_parse
@@ -246,8 +246,7 @@ def capture_cmd(run:Param("run directory (reads validate/ and context/ records, 
     c = _settings(CaptureConfig, run, "capture", given)
     if print_server_command:
         from eagle3nb.capture_vllm import vllm_capture_command
-        from eagle3nb.core import read_manifest
-        t = target or read_manifest(Path(run)/"validate")["config"]["target"]
+        t = target or Run(run).target
         print(vllm_capture_command(t, c.aux_layers, storage_dir, server_dtype, python=vllm_python))
         return
     if c.engine == "vllm":
@@ -263,9 +262,9 @@ def capture_cmd(run:Param("run directory (reads validate/ and context/ records, 
     else: raise InputError(f"--engine {c.engine!r}: use local or vllm")
     if m is None: return
     print(capture_summary(m))
-    print(f"wrote {Path(run)/'capture'}")
+    print(f"wrote {Run(run).capture_dir}")
     if specforge_dir:
-        print(f"wrote {export_specforge(Path(run)/'capture', specforge_dir)} "
+        print(f"wrote {export_specforge(Run(run).capture_dir, specforge_dir)} "
               f"SpecForge feature files to {specforge_dir}")
 
 # %% ../nbs/90_cli.ipynb #278fd5db
@@ -275,12 +274,12 @@ def _select_as_main_job(run, c) -> dict:
     from eagle3nb.core import read_json, read_manifest
     from eagle3nb.pipeline import select_on_tuning
     from eagle3nb.settings import pipeline_config
-    p = Path(run)/"pipeline_config.json"
+    p = Run(run).settings
     if not p.exists():
         raise InputError(f"{p}: no such file; --select tuning chooses on the tuning prompts the main job draws: run "
                          "`eagle3nb run --set train.select=tuning`, or pass --select last")
     select_on_tuning(run, pipeline_config(read_json(p), train=asdict(c)))
-    return read_manifest(Path(run)/"train")
+    return read_manifest(Run(run).train_dir)
 
 @call_parse
 def train_cmd(run:Param("run directory (reads capture/, or validate/ with --source online; writes train/)",
@@ -307,7 +306,7 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
     if c.select == "tuning": m = _select_as_main_job(run, c)
     print(train_summary(m))
     for s in sweep: print(f"  vocab sweep: {train_summary(s)}")
-    print(f"wrote {Path(run)/'train'} (drafter/, metrics.jsonl, plots/)")
+    print(f"wrote {Run(run).train_dir} (drafter/, metrics.jsonl, plots/)")
 
 # %% ../nbs/90_cli.ipynb #70b6ebf4
 @call_parse
@@ -318,13 +317,13 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
      "forward, beside n-gram, each at its best K; recommended K.")
     from eagle3nb.evaluate import EvaluateConfig, evaluate, print_report
     c = _settings(EvaluateConfig, run, "evaluate", given)
-    main_job = Path(run)/"evaluate_prompts.jsonl"
+    main_job = Run(run).heldout_prompts
     prompts = given.get("prompts_file") or (main_job if main_job.exists() else c.prompts_file)
     if not prompts or not Path(prompts).exists():
         raise InputError(f"{prompts or main_job}: no held-out prompts; pass --prompts_file, a JSONL of prompt "
                          "records or conversations the drafter never trained on (the main job writes "
                          "RUN/evaluate_prompts.jsonl)")
-    sealed = Path(run)/"sealed_prompts.jsonl"
+    sealed = Run(run).sealed_prompts
     if c.sealed_n_prompts and not sealed.exists():
         raise InputError(f"{sealed}: no sealed prompts; the main job (`eagle3nb run`) writes them, or pass "
                          "--sealed_n_prompts 0")
@@ -334,7 +333,7 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
                    ngram_settings=c.ngram_settings, loop_n_prompts=c.loop_n_prompts,
                    loop_max_new_tokens=c.loop_max_new_tokens, resamples=c.resamples, seed=c.seed)
     print_report(rep)
-    print(f"wrote {Path(run)/'evaluate'} (report.json, plots/)")
+    print(f"wrote {Run(run).evaluate_dir} (report.json, plots/)")
 
 # %% ../nbs/90_cli.ipynb #da82d4e6
 @call_parse

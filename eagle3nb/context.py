@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from .core import InputError, JsonlReader, read_manifest, stage_dir, write_jsonl_atomic, write_manifest
+from .core import Run, InputError, JsonlReader, read_manifest, stage_dir, write_jsonl_atomic, write_manifest
 from .heldout import heldout_side
 from .models import load_target
 from .prompts import PrepareConfig, conversation_of
@@ -53,12 +53,12 @@ def dataset_reply(tok, prof, p:dict, max_tokens:int) -> dict|None:
 # %% ../nbs/06d_context.ipynb #53bd6b9d
 def context_candidates(run, share:float=PrepareConfig.heldout_share) -> list:
     "The training side's prepared prompts of run `run` that were not generated for, clear of its held-out prompts."
-    run = Path(run)
-    gen = read_manifest(run/"generate")["config"]["prompts"] if (run/"generate"/"manifest.json").exists() else None
+    run = Run(run)
+    gen = read_manifest(run.generate_dir)["config"]["prompts"] if (run.generate_dir/"manifest.json").exists() else None
     done = {o["id"] for _, o in JsonlReader(gen)} if gen else set()
-    held = [o for _, o in JsonlReader(run/"evaluate_prompts.jsonl")] if (run/"evaluate_prompts.jsonl").exists() else []
+    held = [o for _, o in JsonlReader(run.heldout_prompts)] if run.heldout_prompts.exists() else []
     ids, convs = {tuple(p["prompt_ids"]) for p in held}, {conversation_of(p) for p in held}
-    return [p for _, p in JsonlReader(run/"prompts"/"prompts.jsonl")
+    return [p for _, p in JsonlReader(run.prompts)
             if p["id"] not in done and not heldout_side(conversation_of(p), share)
             and tuple(p["prompt_ids"]) not in ids and conversation_of(p) not in convs]
 
@@ -85,14 +85,14 @@ def context(run, # run directory: reads prompts/, generate/ and validate/ manife
             share:float=PrepareConfig.heldout_share, # the run's share of held-out conversations
             **overrides) -> dict:
     "Write `context/records.jsonl` (training rows the capture reads after the validated ones); return the manifest."
-    t0, run = time.time(), Path(run)
+    t0, run = time.time(), Run(run)
     cfg = ContextConfig(**{**(vars(cfg) if cfg else {}), **overrides})
-    if not (run/"validate"/"manifest.json").exists():
-        raise InputError(f"{run/'validate'}: no validation manifest; run `eagle3nb validate --run {run}` first")
-    v = read_manifest(run/"validate")["config"]
-    max_reply = cfg.max_reply_tokens or read_manifest(run/"generate")["config"]["sampling"]["max_new_tokens"]
+    if not (run.validate_dir/"manifest.json").exists():
+        raise InputError(f"{run.validate_dir}: no validation manifest; run `eagle3nb validate --run {run}` first")
+    v = read_manifest(run.validate_dir)["config"]
+    max_reply = cfg.max_reply_tokens or read_manifest(run.generate_dir)["config"]["sampling"]["max_new_tokens"]
     cands = context_candidates(run, share)
-    recs, passed = context_records(cands, cfg, load_target(v["target"]).tokenizer, max_reply,
+    recs, passed = context_records(cands, cfg, load_target(run.target).tokenizer, max_reply,
                                    (v["mask_reasoning"], v["mask_tool_calls"]))
     d = stage_dir(run, "context")
     write_jsonl_atomic(d/"records.jsonl", recs)
@@ -106,9 +106,9 @@ def context(run, # run directory: reads prompts/, generate/ and validate/ manife
 def capture_records(run) -> Path|None:
     ("The records a capture of `run` reads: `RUN/capture_records.jsonl`, the validated records then the context ones, "
      "when `context/records.jsonl` holds any; else None (the validated records alone).")
-    run = Path(run)
-    ctx = run/"context"/"records.jsonl"
+    run = Run(run)
+    ctx = run.context_records
     if not ctx.exists() or not ctx.stat().st_size: return None
-    recs = [o for f in (run/"validate"/"records.jsonl", ctx) for _, o in JsonlReader(f)]
-    write_jsonl_atomic(run/"capture_records.jsonl", recs)
-    return run/"capture_records.jsonl"
+    recs = [o for f in (run.records, ctx) for _, o in JsonlReader(f)]
+    write_jsonl_atomic(run.capture_records, recs)
+    return run.capture_records

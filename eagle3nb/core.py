@@ -4,19 +4,20 @@
 
 # %% ../nbs/00_core.ipynb #ea191e5a
 from __future__ import annotations
-import errno, json, os, sys, time, platform, tempfile, shutil, traceback
+import errno, functools, json, os, sys, time, platform, tempfile, shutil, traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Any, Iterator
+from fastcore.basics import patch_to
 
 # %% auto #0
-__all__ = ['PAUSE_ENV', 'STAGES', 'InputError', 'is_disk_full', 'free_bytes', 'DiskFullError', 'disk_full_message',
-           'disk_full_said', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader', 'read_jsonl',
-           'atomic_write_text', 'write_jsonl_atomic', 'pause_point', 'jsonl_writers_atomic', 'write_json', 'read_json',
-           'build_dir_atomically', 'versions', 'stage_dir', 'write_manifest', 'read_manifest', 'manifest_config',
-           'md_table', 'check_settings', 'Tally', 'first_diff', 'PromptRecord']
+__all__ = ['PAUSE_ENV', 'STAGES', 'RUN_LAYOUT', 'STAGE_DIRS', 'InputError', 'is_disk_full', 'free_bytes', 'DiskFullError',
+           'disk_full_message', 'disk_full_said', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader',
+           'read_jsonl', 'atomic_write_text', 'write_jsonl_atomic', 'pause_point', 'jsonl_writers_atomic', 'write_json',
+           'read_json', 'build_dir_atomically', 'versions', 'write_manifest', 'read_manifest', 'manifest_config',
+           'md_table', 'Run', 'trained_k', 'stage_dir', 'check_settings', 'Tally', 'first_diff', 'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
@@ -262,12 +263,6 @@ def versions() -> dict:
 # %% ../nbs/00_core.ipynb #dbf04ca3
 STAGES = ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]   # a run's, in order
 
-def stage_dir(run, stage:str) -> Path:
-    "The folder of `stage` inside run directory `run` (created)."
-    d = Path(run)/stage
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
 # %% ../nbs/00_core.ipynb #e4ac627c
 def write_manifest(d, stage:str, config:dict, counts:dict, timings:dict|None=None, **extra) -> dict:
     "Write `d/manifest.json` for `stage`, atomically; return it."
@@ -291,6 +286,113 @@ def md_table(head:list, rows:list) -> str:
     "A Markdown table: the one writer of every report's tables (validation's, the run's)."
     return "\n".join(["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)] +
                      ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+# %% ../nbs/00_core.ipynb #5e55b877
+RUN_LAYOUT = {   # property: (path inside the run directory, what it holds)
+    "prompts_dir": ("prompts", "prepare: the rendered prompts, the rejected rows, the manifest"),
+    "prompts": ("prompts/prompts.jsonl", "prompt records, rendered once with the target's template"),
+    "prompt_screen": ("prompt_screen.json", "how the held-out, sealed and tuning prompts were drawn and screened"),
+    "generate_prompts": ("generate_prompts.jsonl", "the training side's prompts this run generates for"),
+    "heldout_prompts": ("evaluate_prompts.jsonl", "held-out prompts: conversations no training record comes from"),
+    "sealed_prompts": ("sealed_prompts.jsonl", "sealed prompts: put aside before any choice, measured last"),
+    "tuning_prompts": ("tuning_prompts.jsonl", "tuning prompts: checkpoint selection, never evaluation"),
+    "generate_dir": ("generate", "generate: the target's answers as token ids"),
+    "generations": ("generate/generations.jsonl", "generation records (every run's that shared the folder)"),
+    "this_run": ("generate/this_run.jsonl", "the generation records of this run's prompts"),
+    "validate_dir": ("validate", "validate: segmented records, the rejected ones, report.{json,md}"),
+    "records": ("validate/records.jsonl", "validated records: segments and loss mask"),
+    "context_dir": ("context", "context: records that fill the drafter's context window"),
+    "context_records": ("context/records.jsonl", "the context stage's records"),
+    "capture_records": ("capture_records.jsonl", "the records the capture reads (validated + context)"),
+    "capture_dir": ("capture", "capture: hidden-state shards and their index"),
+    "spool_dir": ("spool", "online training's spool of captured states"),
+    "train_dir": ("train", "train: checkpoints, metrics, plots, the manifest"),
+    "drafter_dir": ("train/drafter", "the trained drafter (config.json + weights)"),
+    "checkpoints_dir": ("train/checkpoints", "resumable training checkpoints"),
+    "metrics": ("train/metrics.jsonl", "per-step training metrics"),
+    "train_plots": ("train/plots", "acceptance-rate and loss plots"),
+    "stream_dir": ("train/stream", "online training's ledger"),
+    "sweep_dir": ("sweep", "drafters trained at other draft-vocabulary sizes, one run folder each"),
+    "evaluate_dir": ("evaluate", "evaluate: report.json, per-prompt records, plots"),
+    "eval_report": ("evaluate/report.json", "the evaluation's report"),
+    "per_prompt": ("evaluate/per_prompt.jsonl", "per-prompt counters behind every interval"),
+    "eval_plots": ("evaluate/plots", "the evaluation's plots"),
+    "export_dir": ("export", "export: one folder a serving format"),
+    "vllm_check": ("export/vllm_check.json", "vLLM serving the export: its counters beside the replay"),
+    "vllm_log": ("export/vllm_server.log", "the vLLM check's server log"),
+    "ledger": ("pipeline.json", "the main job's ledger: each stage's settings key, done or not"),
+    "settings": ("pipeline_config.json", "the main job's settings, every section"),
+    "report_md": ("report.md", "the run's report"),
+    "report_html": ("report.html", "the run's report as a page"),
+}
+STAGE_DIRS = {"prepare": "prompts_dir", **{s: f"{s}_dir" for s in STAGES[1:]}}   # each stage's folder
+
+# %% ../nbs/00_core.ipynb #072536c4
+class Run:
+    ("A run directory: every stage's folder and file as a named property (`RUN_LAYOUT`), and what the run knows — "
+     "its target and the drafter's trained K — read once.")
+    def __init__(self, path="runs/default" # a run directory (a `Run` is taken as it is)
+                ):
+        self.path = Path(path.path if isinstance(path, Run) else path)
+    def __fspath__(self) -> str: return str(self.path)
+    def __str__(self) -> str: return str(self.path)
+    def __repr__(self) -> str: return f"Run({str(self.path)!r})"
+    def __eq__(self, o) -> bool: return isinstance(o, Run) and o.path == self.path
+    def __hash__(self): return hash(self.path)
+    @property
+    def name(self) -> str: return self.path.name
+    def stage(self, stage:str, make:bool=False) -> Path:
+        "The folder of `stage` (one of `STAGES`), created if `make`."
+        if stage not in STAGE_DIRS: raise InputError(f"stage {stage!r}: not one of {', '.join(STAGES)}")
+        d = getattr(self, STAGE_DIRS[stage])
+        if make: d.mkdir(parents=True, exist_ok=True)
+        return d
+    def export(self, fmt:str) -> Path: return self.export_dir/fmt
+    def sweep(self, n:int) -> "Run": return Run(self.sweep_dir/f"N{n}")
+
+for _name, (_rel, _doc) in RUN_LAYOUT.items():
+    setattr(Run, _name, property(lambda self, _rel=_rel: self.path/_rel, doc=_doc))
+
+# %% ../nbs/00_core.ipynb #9334085c
+@patch_to(Run)
+def _read_target(self) -> str:
+    for m, key in ((self.validate_dir/"manifest.json", "config"), (self.settings, None)):
+        if m.exists(): return read_json(m)[key]["target"] if key else read_json(m)["target"]
+    raise InputError(f"{self.path}: no target recorded (no validate/manifest.json, no pipeline_config.json); "
+                     f"run `eagle3nb validate --run {self.path}` (or `eagle3nb run`) first, or pass --target")
+
+def trained_k(drafter_dir, # a drafter folder (`config.json` beside its weights)
+              default=InputError, # returned where the drafter was not trained by eagle3nb (default: an error)
+             ) -> int:
+    "The K (training-time-test steps) the drafter in `drafter_dir` was trained for, from its `config.json`."
+    p = Path(drafter_dir)/"config.json"
+    if not p.exists(): raise InputError(f"{drafter_dir}: no trained drafter; run `eagle3nb train` first")
+    k = (read_json(p).get("eagle3nb_train") or {}).get("ttt_steps")
+    if k: return int(k)
+    if default is InputError:
+        raise InputError(f"{p}: no eagle3nb_train.ttt_steps; not a drafter eagle3nb trained (pass K explicitly)")
+    return default
+
+Run.target = functools.cached_property(Run._read_target)
+Run.target.__set_name__(Run, "target")
+Run.target.__doc__ = "The run's target (a model directory or a built-in name), read once."
+Run.target_name = property(lambda self: Path(self.target).name, doc="The target's name (its folder's).")
+Run.trained_k = functools.cached_property(lambda self: trained_k(self.drafter_dir))
+Run.trained_k.__set_name__(Run, "trained_k")
+Run.trained_k.__doc__ = "The K the run's drafter was trained for, read once from its config."
+
+# %% ../nbs/00_core.ipynb #9e8d1f8e
+@patch_to(Run)
+def tree(self) -> str:
+    "The run directory's layout: each folder and file with what it holds."
+    rows = sorted(RUN_LAYOUT.values(), key=lambda r: (r[0].split("/")[0], r[0].count("/"), r[0]))
+    return "\n".join([f"{self.path}/"] + [f"  {'  ' * rel.count('/')}{rel.split('/')[-1]:<24} {doc}"
+                                           for rel, doc in rows])
+
+# %% ../nbs/00_core.ipynb #8c6d8885
+def stage_dir(run, stage:str) -> Path:
+    "The folder of `stage` inside run directory `run` (created)."
+    return Run(run).stage(stage, make=True)
 
 # %% ../nbs/00_core.ipynb #7582095d
 def check_settings(d, what:str, cfg:dict, fresh:bool=False) -> bool:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from .core import InputError, read_json, stage_dir, write_json, write_jsonl_atomic, write_manifest
+from .core import (Run, InputError, trained_k, read_json, stage_dir, write_json, write_jsonl_atomic,
+                           write_manifest)
 from .drafter import load_drafter
 from .models import eos_ids
 from .heldout import check_drafter_heldout, prompt_records, screen_drafter_heldout
@@ -121,14 +122,14 @@ def vocab_sweep(run, drafter, model, recs:list, outputs:list, max_new_tokens:int
                 eagle_ks=None, # the Ks to replay (default: 1 up to each drafter's training K)
                ) -> list:
     "The run's vocabulary-sweep drafters (`train.train_vocab_sweep`) replayed on the same prompts and greedy answers."
-    tm = Path(run)/"train"/"manifest.json"
+    tm = Run(run).train_dir/"manifest.json"
     sizes = (read_json(tm)["config"].get("vocab_sweep") or []) if drafter is None and tm.exists() else []
     ps, out = [(r["id"], r["prompt_ids"]) for r in recs], []
     for n in sizes:
-        dd = Path(run)/"sweep"/f"N{n}"/"train"/"drafter"
+        dd = Run(run).sweep(n).drafter_dir
         check_drafter_heldout(recs, dd, f"the N={n} drafter's held-out prompts")
         dn = drafter_to(load_drafter(dd), device, dtype)
-        ttt = (read_json(dd/"config.json").get("eagle3nb_train") or {}).get("ttt_steps") or 3
+        ttt = trained_k(dd)
         r = measure_replay(model, dn, ps, max_new_tokens, eos, eagle_ks or range(1, ttt + 1), [], outputs=outputs)
         out.append({"draft_vocab_size": n, "by_k": r["by_k"]["eagle3"], "best": r["best"]["eagle3"]})
     return out
@@ -265,10 +266,10 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     from eagle3nb.power import plot_per_prompt
     if draft_sample not in ("greedy", "probabilistic"):
         raise InputError(f"draft_sample={draft_sample!r}: use greedy (argmax drafts, vLLM's default) or probabilistic")
-    t0, run = time.time(), Path(run)
-    ddir = Path(drafter) if drafter else run/"train"/"drafter"
+    t0, run = time.time(), Run(run)
+    ddir = Path(drafter) if drafter else run.drafter_dir
     d = load_drafter(ddir)
-    ttt = (read_json(ddir/"config.json").get("eagle3nb_train") or {}).get("ttt_steps")
+    ttt = trained_k(ddir, default=None)       # another tool's drafter: no K of its own
     tgt = load_target(d.config.target)
     device, dtype = resolve_device(device, dtype, tgt.config())
     weight_bytes = check_fits(tgt.config(), dtype, device)      # before any weight is read
@@ -324,7 +325,7 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
                          "ngram": {"prompt_lookup_min": lookup[0], "prompt_lookup_max": lookup[1]} if ngram else None},
               "rows": res["rows"], "by_k": by_k, "best": best,
               "costs": {k: ({str(n): v for n, v in c.items()} if isinstance(c, dict) else c) for k, c in costs.items()},
-              "recommended": rec, "training_tau_sim": tau_sim_by_k(run/"train"/"metrics.jsonl", eagle_ks),
+              "recommended": rec, "training_tau_sim": tau_sim_by_k(run.metrics, eagle_ks),
               "near_duplicates": {"heldout": dropped, "sealed": sdropped}}
     if power:
         report.update({k: power[k] for k in ("power", "top_wins", "ngram_settings", "ngram_peak", "engine")

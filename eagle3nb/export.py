@@ -8,7 +8,7 @@ import json, os
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
-from .core import InputError, atomic_write_text, disk_full_said
+from .core import Run, InputError, atomic_write_text, disk_full_said
 from .drafter import Drafter, DrafterConfig, load_drafter, no_init, target_embeddings
 from .models import hf_layer_ids, sglang_layer_ids
 
@@ -215,11 +215,11 @@ def export(run, fmt:str, # "sglang" or "speculators"
            k:int|None=None, # K written into the speculators config (default: the evaluation's recommended K, else 3)
           ) -> Path:
     "Export the run's trained drafter for a serving engine."
-    src = Path(drafter) if drafter else Path(run)/"train"/"drafter"
+    src = Path(drafter) if drafter else Run(run).drafter_dir
     d = load_drafter(src)
-    out = Path(out_dir) if out_dir else Path(run)/"export"/fmt
+    out = Path(out_dir) if out_dir else Run(run).export(fmt)
     if fmt == "sglang": return export_sglang(d, out)
-    rep = Path(run)/"evaluate"/"report.json"
+    rep = Run(run).eval_report
     if k is None: k = json.loads(rep.read_text())["recommended"].get("k") or 3 if rep.exists() else 3
     if fmt == "speculators": return export_speculators(d, out, k)
     raise InputError(f"format {fmt!r}: use sglang or speculators")

@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import (InputError, JsonlReader, JsonlWriter, Tally, check_settings, manifest_config, pause_point,
-                           stage_dir, write_json, write_jsonl_atomic, write_manifest)
+from .core import (Run, InputError, JsonlReader, JsonlWriter, Tally, check_settings, manifest_config,
+                           pause_point, stage_dir, write_json, write_jsonl_atomic, write_manifest)
 from .protocol import EngineError, Sampling
 
 # %% auto #0
@@ -245,7 +245,7 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     t0 = time.time()
     out = stage_dir(run, "generate")
     ok_p, fail_p, skip_p = out/"generations.jsonl", out/"failed.jsonl", out/"skipped.jsonl"
-    ppath = Path(prompts_file) if prompts_file else Path(run)/"prompts"/"prompts.jsonl"
+    ppath = Path(prompts_file) if prompts_file else Run(run).prompts
     if not ppath.exists(): raise InputError(f"{ppath}: no prompts; run `eagle3nb prepare` first")
     prompts = [o for _, o in JsonlReader(ppath)]
     if n_prompts is not None: prompts = prompts[:n_prompts]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
-from .core import InputError, JsonlReader, manifest_config, read_manifest
+from .core import Run, InputError, JsonlReader, manifest_config, read_manifest
 from .prompts import conversation_of
 
 # %% auto #0
@@ -59,7 +59,7 @@ class TrainedOn:
 def _prompt_conversations(run:Path) -> dict:
     "`{prompt id: conversation}` over the prompt files of a run: prepare's, and the one generation read."
     out = {}
-    for p in (run/"prompts"/"prompts.jsonl", manifest_config(run/"generate", "prompts")):
+    for p in (Run(run).prompts, manifest_config(Run(run).generate_dir, "prompts")):
         if p and Path(p).exists(): out.update({o["id"]: conversation_of(o) for _, o in JsonlReader(p)})
     return out
 
@@ -68,8 +68,8 @@ def _training_records(train_dir:Path) -> tuple:
     cfg = read_manifest(train_dir)["config"]
     run, src = train_dir.parent, Path(cfg.get("source_dir") or "")
     if cfg.get("source") in ("online", "stream"):   # nothing captured: the records themselves
-        return (src if src.is_file() else run/"validate"/"records.jsonl"), None
-    cap = src if (src/"manifest.json").exists() else run/"capture"
+        return (src if src.is_file() else Run(run).records), None
+    cap = src if (src/"manifest.json").exists() else Run(run).capture_dir
     ids = {o["id"] for _, o in JsonlReader(cap/"index.jsonl")}
     return Path(read_manifest(cap)["config"]["records"]), ids
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib, json, time
 from dataclasses import asdict
 from pathlib import Path
-from .core import InputError, JsonlReader, free_bytes, read_json, write_json, write_jsonl_atomic
+from .core import Run, InputError, JsonlReader, free_bytes, read_json, write_json, write_jsonl_atomic
 from .core import STAGES
 from .settings import SECTION, PipelineConfig, pipeline_config
 from .report import (capture_summary, context_summary, evaluate_summary, generate_summary, prepare_summary,
@@ -39,7 +39,7 @@ def stage_keys(c:PipelineConfig) -> dict:
 class Ledger:
     "`RUN/pipeline.json`: per stage, the settings key it finished under, its output stamp, the earlier stamps it read."
     def __init__(self, run):
-        self.path = Path(run)/"pipeline.json"
+        self.path = Run(run).ledger
         self.d = read_json(self.path) if self.path.exists() else {}
     def upstream(self, stage:str) -> dict:
         "The current output stamps of the stages before `stage` that have run."
@@ -91,14 +91,14 @@ def draw_prompts(cands:list, # candidate prompt records, in data order
 
 def _screen_note(run:Path, which:str, info:dict):
     "Record in `RUN/prompt_screen.json` what drawing a prompt set passed over."
-    p = run/"prompt_screen.json"
+    p = Run(run).prompt_screen
     write_json(p, {**(read_json(p) if p.exists() else {}), which: info})
 
 def _prompt_split(run:Path, c:PipelineConfig) -> tuple:
     "`(generated, held_out, the rest)` of the prepared prompts: disjoint by conversation, the rest clear of held-out."
     from eagle3nb.heldout import split_prompts
     from eagle3nb.prompts import conversation_of
-    prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
+    prompts = [o for _, o in JsonlReader(Run(run).prompts)]
     gen, held, rest = split_prompts(prompts, c.generate.n_prompts, None, c.data.heldout_share,
                                     c.generate.max_prompt_tokens)
     own = _own_prompts(c)
@@ -113,13 +113,13 @@ def _prompt_split(run:Path, c:PipelineConfig) -> tuple:
 
 def heldout_prompts(run, c:PipelineConfig) -> Path:
     "Write `RUN/evaluate_prompts.jsonl`: the held-out prompt records (from the split, or `prompts_file` rendered)."
-    run = Path(run)
+    run = Run(run)
     gen, held, _ = _prompt_split(run, c)
     if not held:
-        raise InputError(f"{run/'prompts'/'prompts.jsonl'}: no held-out conversations among the prepared prompts "
+        raise InputError(f"{run.prompts}: no held-out conversations among the prepared prompts "
                          f"(heldout_share {c.data.heldout_share}); raise [data] limit or [data] heldout_share")
-    write_jsonl_atomic(run/"evaluate_prompts.jsonl", held)
-    return run/"evaluate_prompts.jsonl"
+    write_jsonl_atomic(run.heldout_prompts, held)
+    return run.heldout_prompts
 
 # %% ../nbs/12b_pipeline.ipynb #d81b0e05
 def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (default: written by `heldout_prompts`)
@@ -136,19 +136,19 @@ def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (d
     limit = c.generate.max_prompt_tokens or c.data.max_prompt_tokens or tgt.context_length
     cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * (n + t) + 8, c.data.heldout_share, held, limit,
                            c.data.thinking)   # spares for what the screen drops
-    prompts = [o for _, o in JsonlReader(run/"prompts"/"prompts.jsonl")]
+    prompts = [o for _, o in JsonlReader(Run(run).prompts)]
     train_side = _training_side(prompts, c.data.heldout_share)
     ps, info = draw_prompts(cands, n, train_side, limit, last=True)
     _screen_note(run, "sealed", info)
     if not ps: return None
-    write_jsonl_atomic(run/"sealed_prompts.jsonl", ps)
+    write_jsonl_atomic(Run(run).sealed_prompts, ps)
     if t:
         taken = {p["conversation"] for p in ps}
         tune, info = draw_prompts([p for p in cands if p["conversation"] not in taken], t, train_side, limit,
                                   last=True)
         _screen_note(run, "tuning", info)
-        write_jsonl_atomic(run/"tuning_prompts.jsonl", tune)
-    return run/"sealed_prompts.jsonl"
+        write_jsonl_atomic(Run(run).tuning_prompts, tune)
+    return Run(run).sealed_prompts
 
 # %% ../nbs/12b_pipeline.ipynb #7c56bd09
 def _stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
@@ -159,7 +159,7 @@ def _stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 
 def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.generate import engines_for, generate
-    g, prompts = c.generate, run/"generate_prompts.jsonl"
+    g, prompts = c.generate, Run(run).generate_prompts
     write_jsonl_atomic(prompts, _prompt_split(run, c)[0])   # the training side's first [generate] n_prompts
     engines, stop = engines_for(g, c.target)
     try: return generate_summary(generate(run, engines, g.sampling, n_samples=g.n_samples, prompts_file=prompts,
@@ -171,11 +171,11 @@ def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _generations(run:Path) -> Path:
     "generate/generations.jsonl, or where it holds samples of prompts no longer generated for, those of this run only."
     from eagle3nb.core import read_manifest
-    gpath, m = run/"generate"/"generations.jsonl", read_manifest(run/"generate")
+    gpath, m = Run(run).generations, read_manifest(Run(run).generate_dir)
     if not m["counts"]["not_in_items"]["success"]: return gpath
     pids = {o["id"] for _, o in JsonlReader(m["config"]["prompts"])}
-    write_jsonl_atomic(run/"generate"/"this_run.jsonl", [o for _, o in JsonlReader(gpath) if o["prompt_id"] in pids])
-    return run/"generate"/"this_run.jsonl"
+    write_jsonl_atomic(Run(run).this_run, [o for _, o in JsonlReader(gpath) if o["prompt_id"] in pids])
+    return Run(run).this_run
 
 def _stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.validate import validate
@@ -186,7 +186,7 @@ def _stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _stage_context(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.context import context
     if c.train.source != "offline" or not c.context.n_prompts:
-        (run/"context"/"records.jsonl").unlink(missing_ok=True)
+        Run(run).context_records.unlink(missing_ok=True)
         return "context: none ([context] n_prompts is 0, or training is online or streamed)"
     heldout_prompts(run, c)   # its conversations stay out of the context records
     return context_summary(context(run, c.context, share=c.data.heldout_share))
@@ -213,7 +213,7 @@ def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     kw = dict(aux_layers=c.capture.aux_layers, capture=c.capture, fresh=fresh)   # a stream reads the capture's servers
     train(run, **kw, **t)
     if c.train.select == "tuning": select_on_tuning(run, c)
-    s = train_summary(read_manifest(run/"train"))
+    s = train_summary(read_manifest(Run(run).train_dir))
     sweep = train_vocab_sweep(run, c.train, **kw)
     return s + "".join(f"; vocab sweep N={m['draft_vocab']['size']}: {m['counts']['steps']} steps" for m in sweep)
 
@@ -229,7 +229,7 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
                         loop_max_new_tokens=e.loop_max_new_tokens,
                         resamples=e.resamples, seed=e.seed)
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
-        (run/"evaluate"/"report.json").unlink(missing_ok=True)
+        Run(run).eval_report.unlink(missing_ok=True)
         return f"evaluate: not run in this process: {err}"
     return evaluate_summary(rep)
 
@@ -246,7 +246,7 @@ def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _vllm_check(c:PipelineConfig, run:Path) -> str:
     "Serve the speculators export with vLLM on the sealed prompts at the drafter's best K: vLLM's counters, recorded."
     from eagle3nb.vllm_check import vllm_check, vllm_python
-    rp, out = run/"evaluate"/"report.json", run/"export"/"vllm_check.json"
+    rp, out = Run(run).eval_report, Run(run).vllm_check
     rep = read_json(rp) if rp.exists() else {}
     s = rep.get("sealed") or {}
     b = (s.get("best") or {}).get("eagle3")
@@ -256,8 +256,8 @@ def _vllm_check(c:PipelineConfig, run:Path) -> str:
     if why: res = {"not_run": why}
     else:
         from eagle3nb.core import read_jsonl
-        res = vllm_check(run/"export"/"speculators", rep["config"]["target"], read_jsonl(run/"sealed_prompts.jsonl"),
-                         b["k"], s["max_new_tokens"], b, s["outputs"], run/"export"/"vllm_server.log",
+        res = vllm_check(Run(run).export("speculators"), Run(run).target, read_jsonl(Run(run).sealed_prompts),
+                         b["k"], s["max_new_tokens"], b, s["outputs"], Run(run).vllm_log,
                          dtype=rep["config"]["dtype"], concurrency=c.export.vllm_concurrency)
     write_json(out, res)
     if "not_run" in res: return f"vllm check: not run ({res['not_run']})"
@@ -286,14 +286,14 @@ def target_shape(target) -> dict|None:
 def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
     ("Tokens the capture will store (exact from the validated and context records once they exist, else an upper "
      "bound from the settings) × bytes a token: `tokens`, `exact`, `bytes_per_token`, `bytes`, `shard_bytes`.")
-    run = Path(run)
+    run = Run(run)
     n_aux = len(c.capture.aux_layers or [0, 0, 0])
     bpt = (n_aux + 1) * shape["hidden"] * _ESIZE.get(c.capture.dtype, 4) + 5   # states, then ids (int32) and mask
-    files = [f for f in (run/"validate"/"records.jsonl", run/"context"/"records.jsonl") if f.exists()]
-    if (run/"validate"/"records.jsonl").exists():
+    files = [f for f in (run.records, run.context_records) if f.exists()]
+    if run.records.exists():
         tokens, exact = sum(len(o["input_ids"]) for f in files for _, o in JsonlReader(f)), True
     else:
-        p = run/"prompts"/"prompts.jsonl"
+        p = run.prompts
         lens = [len(o["prompt_ids"]) for _, o in JsonlReader(p)] if p.exists() else []
         mean_prompt = sum(lens) / len(lens) if lens else 0
         n_gen = c.generate.n_prompts if c.generate.n_prompts is not None else len(lens)
@@ -399,7 +399,7 @@ def check_disk(run, c:PipelineConfig):
     shape = target_shape(c.target)
     if shape is None or c.train.source != "offline": return
     need = capture_need(run, c, shape)["bytes"]
-    have = sum(f.stat().st_size for f in (Path(run)/"capture").glob("*.safetensors"))
+    have = sum(f.stat().st_size for f in Run(run).capture_dir.glob("*.safetensors"))
     free = free_bytes(run)          # the run's filesystem (its nearest existing parent's, before it is made)
     if need - have > free:
         raise InputError(f"capture needs {_gib(need - have)} more disk ({need:,} bytes in all) but {run} has "
@@ -415,7 +415,7 @@ def run_pipeline(c:PipelineConfig, # the settings (`pipeline_config(...)`)
     "Run the main job's stages for a config; write `report.md` and `report.html`; return the ledger."
     run = Path(c.run)
     run.mkdir(parents=True, exist_ok=True)
-    write_json(run/"pipeline_config.json", asdict(c))
+    write_json(Run(run).settings, asdict(c))
     led, keys, stages = Ledger(run), stage_keys(c), [s for s in STAGES if s in (stages or STAGES)]
     if fresh: led.d = {s: v for s, v in led.d.items() if s not in stages}
     stale = led.stale_before(stages, keys)
@@ -455,7 +455,7 @@ def select_on_tuning(run, c:PipelineConfig) -> dict:
     "`[train] select = \"tuning\"`: the kept checkpoint best on `RUN/tuning_prompts.jsonl` becomes the final drafter."
     from eagle3nb.checkpoints import select_checkpoint
     run, e = Path(run), c.evaluate
-    tune = run/"tuning_prompts.jsonl"
+    tune = Run(run).tuning_prompts
     tune.unlink(missing_ok=True)   # drawn again under today's settings (evaluation draws the same), never an old file
     sealed_file(run, c)
     if not tune.exists():

@@ -316,7 +316,7 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
     tgt = load_target(target) if isinstance(target, (str, Path)) else target
     tok = tgt.tokenizer
     if max_prompt_tokens is None: max_prompt_tokens = tgt.context_length
-    out = stage_dir(run, "prompts")
+    out = stage_dir(run, "prepare")
     tally, seen, n_tokens, n_dropped, truncations = Tally(), set(), 0, 0, []
     options = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
                "template_sha256": template_hash(tok),

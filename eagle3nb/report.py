@@ -6,7 +6,7 @@
 from __future__ import annotations
 import base64, html, json
 from pathlib import Path
-from .core import STAGES, atomic_write_text, md_table, read_json, read_manifest
+from .core import Run, STAGES, InputError, atomic_write_text, md_table, read_json, read_manifest
 
 # %% auto #0
 __all__ = ['NO_INTERVAL', 'prepare_summary', 'generate_summary', 'validate_summary', 'capture_summary', 'context_summary',
@@ -170,9 +170,10 @@ def serve_commands(target:str, exports:dict, k:int) -> dict:
     return out
 
 # %% ../nbs/12a_report.ipynb #4ef723d9
-def _manifest(run:Path, stage:str) -> dict|None:
+def _manifest(run, stage:str) -> dict|None:
     "A stage's manifest, or None before the stage has run."
-    return read_manifest(run/stage) if (run/stage/"manifest.json").exists() else None
+    d = Run(run).stage(stage)
+    return read_manifest(d) if (d/"manifest.json").exists() else None
 
 def _headline_blocks(rep:dict) -> list:
     ("The drafter beside n-gram: the verdict in the interval's words, each method at its chosen K with its interval, "
@@ -250,7 +251,7 @@ def _sealed_blocks(rep:dict) -> list:
 
 def _vllm_blocks(run:Path) -> list:
     "vLLM's own spec-decode counters on the export (`export/vllm_check.json`) beside eagle3nb's, or why not run."
-    p = run/"export"/"vllm_check.json"
+    p = Run(run).vllm_check
     if not p.exists(): return []
     c, b = read_json(p), [("h2", "vLLM's own counters")]
     if "not_run" in c: return b + [("p", f"Not run: {c['not_run']}")]
@@ -285,7 +286,7 @@ def _stage_blocks(run:Path, led:dict) -> list:
         c = vm["counts"]
         b += [("h2", "Validation"),
               ("p", "Token-boundary validation; the full report with rejected samples' token windows is "
-                    f"`{run/'validate'/'report.md'}`."),
+                    f"`{Run(run).validate_dir/'report.md'}`."),
               ("table", ["read", "accepted", "rejected", "failed checks", "truncated (kept, flagged)",
                          "next-turn prompts"],
                [[c["read"], c["accepted"], c["rejected"], _reasons(c["failed_checks"]),
@@ -294,13 +295,13 @@ def _stage_blocks(run:Path, led:dict) -> list:
 
 # %% ../nbs/12a_report.ipynb #f0218228
 def _plot_blocks(run:Path) -> list:
-    plots = sorted((run/"evaluate"/"plots").glob("*.png")) + sorted((run/"train"/"plots").glob("*.png"))
+    plots = sorted(Run(run).eval_plots.glob("*.png")) + sorted((Run(run).train_plots).glob("*.png"))
     if not plots: return []
     return [("h2", "Plots")] + [("img", p, f"{p.parent.parent.name}: {p.stem.replace('_', ' ')}") for p in plots]
 
 def _serve_blocks(run:Path, target:str, rep:dict|None) -> list:
     "The export directories and the command that serves each, at the recommended K."
-    ex = {f: run/"export"/f for f in ("speculators", "sglang") if (run/"export"/f/"config.json").exists()}
+    ex = {f: Run(run).export(f) for f in ("speculators", "sglang") if (Run(run).export(f)/"config.json").exists()}
     if not ex: return []
     b = [("h2", "Serving the drafter")]
     for eng, cmd in serve_commands(target, ex, rep["recommended"]["k"] if rep else 3).items():
@@ -311,7 +312,7 @@ def _serve_blocks(run:Path, target:str, rep:dict|None) -> list:
 # %% ../nbs/12a_report.ipynb #4b6d2544
 def _screen_blocks(run:Path, rep:dict) -> list:
     "What drawing and screening the prompt sets passed over: too long, near duplicates of training prompts."
-    drawn = read_json(run/"prompt_screen.json") if (run/"prompt_screen.json").exists() else {}
+    drawn = read_json(Run(run).prompt_screen) if Run(run).prompt_screen.exists() else {}
     nd = rep.get("near_duplicates") or {}
     said = [f"{w}: {d['kept']} drawn from {d['candidates']} candidates, {d['over_max_tokens']} over "
             f"{d['max_tokens']} tokens and {len(d['near_duplicates'])} near duplicates of training-side prompts "
@@ -323,11 +324,12 @@ def _screen_blocks(run:Path, rep:dict) -> list:
 
 def report_blocks(run) -> list:
     "The report of a run as blocks, from its manifests, its evaluation report and its plots."
-    run = Path(run)
-    led = read_json(run/"pipeline.json") if (run/"pipeline.json").exists() else {}
-    cfg = read_json(run/"pipeline_config.json") if (run/"pipeline_config.json").exists() else {}
-    rep = read_json(run/"evaluate"/"report.json") if (run/"evaluate"/"report.json").exists() else None
-    target = ((_manifest(run, "train") or {}).get("config", {}).get("target") or cfg.get("target", "?"))
+    run = Run(run)
+    led = read_json(run.ledger) if run.ledger.exists() else {}
+    cfg = read_json(run.settings) if run.settings.exists() else {}
+    rep = read_json(run.eval_report) if run.eval_report.exists() else None
+    try: target = run.target
+    except InputError: target = "?"                # a run directory with no stage done yet
     data = ", ".join(f"`{x}`" for x in cfg.get("data", {}).get("inputs", []))
     b = [("h1", f"eagle3nb report: {run.name}"),
          ("p", f"Target `{target}`; data {data}; run directory `{run}`. "
@@ -338,13 +340,13 @@ def report_blocks(run) -> list:
 
 def write_report(run) -> tuple:
     "Write `RUN/report.md` and the self-contained `RUN/report.html`; return their paths."
-    run = Path(run)
+    run = Run(run)
     blocks = report_blocks(run)
-    atomic_write_text(run/"report.md", render_markdown(blocks, run))
-    atomic_write_text(run/"report.html", render_html(blocks, f"eagle3nb report: {run.name}"))
-    return run/"report.md", run/"report.html"
+    atomic_write_text(run.report_md, render_markdown(blocks, run))
+    atomic_write_text(run.report_html, render_html(blocks, f"eagle3nb report: {run.name}"))
+    return run.report_md, run.report_html
 
 def report_headline(run) -> str:
     "The console's last line: the headline numbers of a run."
-    p = Path(run)/"evaluate"/"report.json"
+    p = Run(run).eval_report
     return evaluate_summary(read_json(p)) if p.exists() else "no evaluation yet"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib, typing
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from .core import STAGES, InputError, read_json
+from .core import Run, STAGES, InputError, read_json
 from .prompts import PrepareConfig
 from .generate import GenerateConfig
 from .validate import ValidateConfig
@@ -202,7 +202,7 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
 # %% ../nbs/12_settings.ipynb #e12bc24c
 def run_settings(run, section:str) -> tuple:
     "`(settings dict of [section], target or None)` the main job recorded in `run`, or `({}, None)`."
-    p = Path(run)/"pipeline_config.json"
+    p = Run(run).settings
     if not p.exists(): return {}, None
     d = read_json(p)
     return dict(d.get(section) or {}), d.get("target")
@@ -212,4 +212,4 @@ def stage_config(cls, run, section:str, given:dict|None=None):
     rec, _ = run_settings(run, section)
     known = {f.name for f in fields(cls)}
     return config_from_dict({**{k: v for k, v in rec.items() if k in known}, **(given or {})}, cls(),
-                            where=f"{Path(run)/'pipeline_config.json'} [{section}]")
+                            where=f"{Run(run).settings} [{section}]")

@@ -8,7 +8,7 @@ import atexit, hashlib, json, os, queue, threading, time
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import InputError, JsonlReader, disk_full_said, write_jsonl_atomic, write_manifest
+from .core import Run, InputError, JsonlReader, disk_full_said, write_jsonl_atomic, write_manifest
 from .capture import _DT, default_aux_layers, first_nonfinite, record_hash
 from .capture_vllm import VllmHiddenStates, _fetch, _probe, final_norm, read_hidden_states, server_layer_ids
 from .models import load_target
@@ -144,9 +144,9 @@ def stream_accounts(rows:list, # ledger rows: `{"attempt", "start"}` when an att
 def stream_report(run) -> dict:
     ("The accounts of a streamed training run from its ledgers (every rank's) and last checkpoint: records trained, "
      "requeued, failed, the trainer's waiting, the spool's cap and peak.")
-    run = Path(run)
-    rows = [o for p in sorted((run/"train"/"stream").glob("ledger-r*.jsonl")) for _, o in JsonlReader(p)]
-    ck = sorted((run/"train"/"checkpoints").glob("step-*.pt"))
+    run = Run(run)
+    rows = [o for p in sorted(run.stream_dir.glob("ledger-r*.jsonl")) for _, o in JsonlReader(p)]
+    ck = sorted(run.checkpoints_dir.glob("step-*.pt"))
     acc = stream_accounts(rows, int(ck[-1].name[5:-3]) if ck else 0)
     starts = [r for r in rows if "start" in r]
     cap = min((r["cap_bytes"] for r in starts), default=None)
@@ -207,7 +207,7 @@ class StreamSource:
                  dtype:str="bfloat16", # storage dtype of the states in the spool (`[capture] dtype`)
                  servers:list|None=None, # server objects (`VllmHiddenStates`, `FakeVllm`) instead of `urls`
                  timeout:float=600, retries:int=3):
-        self.run, self.cfg, self.path, self.dtype = Path(run), cfg, Path(records), dtype
+        self.run, self.cfg, self.path, self.dtype = Run(run), cfg, Path(records), dtype
         if not self.path.exists(): raise InputError(f"{self.path}: no validated records; run `eagle3nb validate` first")
         if dtype not in _DT: raise InputError(f"[capture] dtype = {dtype!r}: use bfloat16, float16 or float32")
         self.tgt = load_target(target)
@@ -216,7 +216,7 @@ class StreamSource:
         self.aux_layers = list(aux_layers or default_aux_layers(self.L))
         self.want, self.norm, self.retries = server_layer_ids(self.aux_layers, self.L), final_norm(self.tgt), retries
         self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        self.tag = "s" + hashlib.sha256(str(self.run.resolve()).encode()).hexdigest()[:7]
+        self.tag = "s" + hashlib.sha256(str(self.run.path.resolve()).encode()).hexdigest()[:7]
         if servers is None and not urls:
             raise InputError("source stream needs the capture's servers, [capture] urls (`eagle3nb train --urls`): one "
                              "or more vLLM servers started with `eagle3nb capture --print_server_command`")
@@ -237,7 +237,7 @@ def _connect(self:StreamSource):
     self.skipped = {r["id"]: f"{len(r['input_ids'])} tokens > the servers' max_model_len − 1 = {limit}"
                     for r in recs if len(r["input_ids"]) > limit}
     self.hashes = {i: record_hash(r["input_ids"], r["loss_mask"]) for i, r in self.records.items()}
-    d = self.run/"spool"/(f"r{self.rank}" if self.world > 1 else "")
+    d = self.run.spool_dir/(f"r{self.rank}" if self.world > 1 else "")
     self.spool = Spool(d, self.cfg.spool_gb * 2**30 / self.world, self.cfg.keep_spool)
     self.kept = self._kept() if self.cfg.keep_spool else {}
     if not self.cfg.keep_spool:
@@ -287,10 +287,10 @@ def _plan(self:StreamSource, start:int):
 @patch
 def _start(self:StreamSource):
     "Find the step training resumes from (its last checkpoint), start the requests, open the ledger."
-    ck = sorted((self.run/"train"/"checkpoints").glob("step-*.pt"))
+    ck = sorted(self.run.checkpoints_dir.glob("step-*.pt"))
     self.start = int(ck[-1].name[5:-3]) if ck else 0
     self._units, self._next = enumerate(self._plan(self.start)), None
-    self.ledger = self.run/"train"/"stream"/f"ledger-r{self.rank}.jsonl"
+    self.ledger = self.run.stream_dir/f"ledger-r{self.rank}.jsonl"
     self.ledger.parent.mkdir(parents=True, exist_ok=True)
     rows = [o for _, o in JsonlReader(self.ledger)] if self.ledger.exists() and self.start else []
     self.attempt = 1 + max((r["attempt"] for r in rows), default=-1)
@@ -393,7 +393,7 @@ def _fetch_any(self:StreamSource, r:dict, home) -> tuple:
 def _write_manifest(self:StreamSource) -> dict:
     "`train/stream/manifest.json`: the accounts so far (`stream_report`) and where the states came from."
     rep = stream_report(self.run)
-    write_manifest(self.run/"train"/"stream", "stream", counts=rep, skipped=self.skipped,
+    write_manifest(self.run.stream_dir, "stream", counts=rep, skipped=self.skipped,
                    config={"urls": [s.url for s in self.servers], "served_model": self.servers[0].model,
                            "server_layer_ids": self.want, "layers_verified": self.verified,
                            "model_dtype": f"vllm:{self.server_dtype}", "spool": str(self.spool.dir),

@@ -8,7 +8,7 @@ import functools, json, math, os, time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 import torch
-from .core import (InputError, JsonlReader, JsonlWriter, manifest_config, pause_point, read_manifest, stage_dir,
+from .core import (Run, InputError, JsonlReader, JsonlWriter, manifest_config, pause_point, stage_dir,
                            write_jsonl_atomic, write_manifest)
 from .capture import CaptureConfig, dist_env
 from .drafter import (EMBED_NAMES, Drafter, drafter_config, new_drafter, safetensors_header, save_drafter,
@@ -332,7 +332,7 @@ def _check_source(source, aux_layers, target):
 # %% ../nbs/09_train.ipynb #36d4fdba
 def _data_note(run:Path) -> dict:
     "What the training data is (for plot titles and the manifest): the target, data temperature, records."
-    temp = (manifest_config(run/"generate", "sampling") or {}).get("temperature")
+    temp = (manifest_config(Run(run).generate_dir, "sampling") or {}).get("temperature")
     return {"data": run.name, "temperature": temp}
 
 def walk_ids(ids:list, temperature:float|None) -> set:
@@ -343,17 +343,17 @@ def _source(run:Path, cfg:TrainConfig, target, aux_layers, records, capture:Capt
     "The `RecordSource` that `cfg.source` names; a stream reads the capture's servers and dtype."
 
     if cfg.source == "offline":
-        s = OfflineSource(run/"capture")
+        s = OfflineSource(Run(run).capture_dir)
         _check_source(s, aux_layers, target)
         return s
     if target is None:
-        vm = run/"validate"/"manifest.json"
+        vm = Run(run).validate_dir/"manifest.json"
         if not vm.exists(): raise InputError(f"{vm} is missing: online training needs --target (or a validated run)")
-        target = read_manifest(run/"validate")["config"]["target"]
+        target = Run(run).target
     if cfg.source == "stream":                           # the states come from vLLM servers as training runs
         k = capture or CaptureConfig()
-        return StreamSource(run, records or run/"validate"/"records.jsonl", target, cfg, aux_layers, k.urls, k.dtype)
-    return OnlineSource(records or run/"validate"/"records.jsonl", target, aux_layers)
+        return StreamSource(run, records or Run(run).records, target, cfg, aux_layers, k.urls, k.dtype)
+    return OnlineSource(records or Run(run).records, target, aux_layers)
 
 # %% ../nbs/09_train.ipynb #70b5f3a4
 def optimizer(params:list, cfg:TrainConfig):
@@ -480,7 +480,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     "Train an EAGLE-3 drafter with training-time test; return the manifest (on rank 0)."
     from tqdm.auto import tqdm
     cfg = TrainConfig(**{**(asdict(cfg) if cfg else {}), **overrides}).check()
-    t0, run = time.time(), Path(run)
+    t0, run = time.time(), Run(run)
     rank, world, _ = dist_env()
     device = _device(rank, device)
     torch.manual_seed(cfg.seed)
@@ -489,7 +489,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     tokens = -(-min(cfg.batch_tokens, len(lens) * max(lens, default=1)) // world)
     check_fits(step_memory(src.target, cfg, src.aux_layers, device, world, tokens), available_memory(device),
                f"each of {world} processes" if world > 1 else "this process")   # before anything is loaded
-    out, ckdir = stage_dir(run, "train"), run/"train"/"checkpoints"
+    out, ckdir = stage_dir(run, "train"), run.checkpoints_dir
     if fresh and rank == 0: _clear_checkpoints(ckdir)
     plan = plan_batches(src, cfg)   # the plan every source is asked in: offline, online and streamed alike
     items, tr_ids, ho_ids, total, held = plan.items, plan.train_ids, plan.heldout_ids, plan.total, plan.held
@@ -545,15 +545,16 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     return _finish(out, drafter, vocab, cfg, note, config, counts, t0)
 
 # %% ../nbs/09_train.ipynb #dc0da1d1
-_RUN_DATA = ("prompts", "generate", "validate", "context", "capture", "capture_records.jsonl")
+_RUN_DATA = ("prompts_dir", "generate_dir", "validate_dir", "context_dir", "capture_dir", "capture_records")
 
 def sweep_run(run, n:int) -> Path:
     "`RUN/sweep/N{n}`: a run directory over RUN's data (relative links), for the drafter with draft vocabulary `n`."
-    run = Path(run)
-    sub = run/"sweep"/f"N{n}"
+    run = Run(run)
+    sub = run.sweep(n).path
     sub.mkdir(parents=True, exist_ok=True)
-    for d in _RUN_DATA:
-        if (run/d).exists() and not (sub/d).is_symlink(): (sub/d).symlink_to(Path("..")/".."/d)
+    for a in _RUN_DATA:
+        src, dst = getattr(run, a), getattr(Run(sub), a)
+        if src.exists() and not dst.is_symlink(): dst.symlink_to(Path("..")/".."/src.relative_to(run.path))
     return sub
 
 def train_vocab_sweep(run, cfg:TrainConfig, **kw) -> list:

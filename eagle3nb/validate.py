@@ -9,8 +9,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from fastcore.basics import patch
-from .core import (InputError, JsonlReader, Tally, atomic_write_text, jsonl_writers_atomic, manifest_config,
-                           md_table, read_manifest, stage_dir, write_json, write_manifest)
+from .core import (Run, InputError, JsonlReader, Tally, atomic_write_text, jsonl_writers_atomic,
+                           manifest_config, md_table, stage_dir, write_json, write_manifest)
 from .models import load_tokenizer
 from .templates import TokenProfile, derive_profile, forbidden_table
 from .segment import Problem, check_record, next_turn_prompt, training_row
@@ -33,16 +33,16 @@ def _find_prompts(run:Path, gpath:Path, prompts=None) -> Path|None:
         return Path(prompts)
     p = manifest_config(gpath.parent, "prompts")
     if p and Path(p).exists(): return Path(p)
-    p = run/"prompts"/"prompts.jsonl"
+    p = Run(run).prompts
     return p if p.exists() else None
 
 # %% ../nbs/06b_validate.ipynb #6a699874
 def _find_target(run:Path, ppath:Path|None):
     "The tokenizer that rendered the prompts: from the prompts stage's manifest, or the one beside the prompts file."
-    for d in (run/"prompts", ppath.parent if ppath else None):
+    for d in (Run(run).prompts_dir, ppath.parent if ppath else None):
         t = manifest_config(d, "target") if d is not None else None
         if t: return t
-    raise InputError(f"{run}: no prompts manifest to take the target from (looked in {run/'prompts'}"
+    raise InputError(f"{run}: no prompts manifest to take the target from (looked in {Run(run).prompts_dir}"
                      f"{' and ' + str(ppath.parent) if ppath else ''}); pass --target")
 
 # %% ../nbs/06b_validate.ipynb #d0ca2129
@@ -171,8 +171,8 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
              progress:bool=True) -> dict:
     "Check, segment and mask a run's generations; write records, rejects, report, SpecForge rows, next-turn prompts."
     from tqdm.auto import tqdm
-    t0, run = time.time(), Path(run)
-    gpath = Path(generations) if generations else run/"generate"/"generations.jsonl"
+    t0, run = time.time(), Run(run)
+    gpath = Path(generations) if generations else run.generations
     if not gpath.exists(): raise InputError(f"{gpath}: no generation records; run `eagle3nb generate` first")
     # a turn-1 run has no prompts/ of its own: its generate manifest names them
     ppath = _find_prompts(run, gpath, prompts)
@@ -223,7 +223,7 @@ def tokens_html(tok, ids:list, segments:list, problems:list=(), offset:int=0) ->
 def plot_report(run):
     "Bar chart of failed checks and histogram of output lengths, from `run/validate/report.json`."
     import matplotlib.pyplot as plt
-    r = json.loads((Path(run)/"validate"/"report.json").read_text())
+    r = json.loads((Run(run).validate_dir/"report.json").read_text())
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2))
     fc = r["failed_checks"] or {"(none)": 0}
     a.barh(list(fc), list(fc.values()), color="#d9534f")
@@ -243,11 +243,11 @@ def plot_report(run):
 def token_inspector(run, tok=None):
     "An ipywidgets view of a validated run: pick accepted or rejected, step through samples, hover tokens for ids."
     import ipywidgets as W
-    run = Path(run)
-    if tok is None: tok = load_tokenizer(read_manifest(run/"validate")["config"]["target"])
-    acc = [o for _, o in JsonlReader(run/"validate"/"records.jsonl")]
-    rej = [o for _, o in JsonlReader(run/"validate"/"rejected.jsonl")]
-    gens = {o["id"]: o for _, o in JsonlReader(run/"generate"/"generations.jsonl")} if rej else {}
+    run = Run(run)
+    if tok is None: tok = load_tokenizer(run.target)
+    acc = [o for _, o in JsonlReader(run.records)]
+    rej = [o for _, o in JsonlReader(run.validate_dir/"rejected.jsonl")]
+    gens = {o["id"]: o for _, o in JsonlReader(run.generations)} if rej else {}
     which = W.ToggleButtons(options=[f"accepted ({len(acc)})", f"rejected ({len(rej)})"])
     idx = W.BoundedIntText(value=0, min=0, max=max(len(acc), len(rej), 1) - 1, description="sample")
     prev, nxt, out = W.Button(description="◀"), W.Button(description="▶"), W.HTML()
