@@ -8,7 +8,8 @@ import atexit, hashlib, json, os, queue, threading, time
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import Run, InputError, JsonlReader, disk_full_said, write_jsonl_atomic, write_manifest
+from .core import (Run, DiskFullError, InputError, JsonlReader, disk_full_said, write_jsonl_atomic,
+                           write_manifest)
 from .capture import _DT, default_aux_layers, first_nonfinite, record_hash
 from .capture_vllm import VllmHiddenStates, _fetch, _probe, final_norm, read_hidden_states, server_layer_ids
 from .models import load_target
@@ -361,6 +362,7 @@ def _work(self:StreamSource, server):
                                                    "input_ids": torch.tensor(r["input_ids"], dtype=torch.int32),
                                                    "loss_mask": torch.tensor(r["loss_mask"], dtype=torch.uint8)},
                                             {"id": rid, "hash": self.hashes[rid]})
+        except DiskFullError as e: why, self.error = str(e), e   # the spool's disk is full: stop, said plainly
         except Exception as e: why = f"{type(e).__name__}: {e}"
         try: self.spool.settle(need, size)
         except RuntimeError as e: why, self.error = str(e), e   # a file outgrew its reservation: stop, loudly

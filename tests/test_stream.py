@@ -323,6 +323,25 @@ def test_kill_9_of_the_server_then_rerun(offline, recs, server, tmp_path):
           f"served after it; the rerun requeued {rep['requeued']}, failed {rep['failed']} (the dead server's); "
           f"spool on disk peaked at {seen} of {rep['spool_cap_bytes']} bytes")
 
+def test_a_full_spool_disk_stops_the_run_said_plainly(recs, server, tmp_path, monkeypatch):
+    "The spool's disk full (safetensors' own error): the run stops naming the file and what to do, not a failed record."
+    import safetensors.torch
+    from safetensors import SafetensorError
+    from eagle3nb.core import DiskFullError
+    from eagle3nb.train import train
+    real = safetensors.torch.save_file
+    def save_file(tensors, path, *a, **k):                     # the spool's disk is full; the server's is not
+        if "/spool/" not in str(path): return real(tensors, path, *a, **k)
+        Path(path).write_bytes(b"half")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                              'left on device" })')
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    st = copy(recs, tmp_path/"st")
+    with pytest.raises(DiskFullError, match=r"spool/shards/\S+\.safetensors: no space left on its disk .* then rerun"):
+        train(st, target="tiny-llama", progress=False, source="stream", capture=CaptureConfig(urls=[server.url]),
+              spool_gb=CAP_GB, **KW)
+    assert list((st/"spool/shards").glob("*.tmp")) == []        # no half-written file left
+
 def test_the_old_train_keys_name_their_new_home(tmp_path):
     "A stream reads the capture's servers and dtype: `[train] urls` and `spool_dtype` are refused, naming `[capture]`."
     from eagle3nb.settings import pipeline_config
