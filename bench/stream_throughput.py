@@ -41,7 +41,7 @@ def main():
     recs = records(a.records, int(load_target(name).config()["vocab_size"]))
     kw = dict(ttt_steps=3, draft_vocab_size=2048, batch_tokens=2048, max_steps=a.max_steps, heldout=0.0,
               log_every=1, eval_every=10**6, ckpt_every=10**6, warmup_steps=2)
-    with vllm_capture_server(a.vllm_python, name) as (url, proc):
+    with vllm_capture_server(a.vllm_python, name) as (url, _):
         off = fresh_run(recs)
         t0 = time.perf_counter()
         capture_vllm(off, [url], target=name, progress=False)

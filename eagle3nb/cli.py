@@ -133,8 +133,8 @@ def check_flags(cmd:str, argv:list):
 def _settings(cls, run, section:str, given:dict):
     "The stage's settings: defaults ← what the main job recorded in `run` ← `given`; says where they came from."
     from eagle3nb.settings import run_settings, stage_config
-    if run_settings(run, section)[0]:
-        print(f"settings: [{section}] of {Run(run).settings}, then the flags")
+    if run_settings(run, section)[0]: print(f"settings: [{section}] of {Run(run).settings}, then the flags")
+    else: print(f"settings: the main job's [{section}] (`eagle3nb run`, size small), then the flags")
     return stage_config(cls, run, section, given)
 
 def _target(run, target):
@@ -151,7 +151,8 @@ def prepare_cmd(inputs:Param("input files (JSON array or JSONL) or built-in name
     "Render turn-0 prompts with the target's chat template."
     from eagle3nb.prompts import PrepareConfig, prepare
     c = _settings(PrepareConfig, run, "data", given)
-    m = prepare(inputs, target, run, c.max_prompt_tokens, c.thinking, c.tools, c.limit, c.drop_leading_assistant)
+    m = prepare(inputs, target, run, c.max_prompt_tokens, c.thinking, c.tools, c.limit, c.drop_leading_assistant,
+                thinking_share=c.thinking_share)
     print(prepare_summary(m))
     print(f"wrote {Run(run).prompts_dir}")
 
@@ -197,12 +198,19 @@ def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes 
                  generations:Param("generation records to read (default: RUN/generate/generations.jsonl)", str)=None,
                  prompts_file:Param("prompt records of those generations "
                                     "(default: the generate manifest's, else RUN/prompts/prompts.jsonl)", str)=None,
+                 tool_results:Param("next turns after recorded tool results: matching, recorded or stop "
+                                    "(default: the run's [generate] tool_results, else matching)", str)=None,
                  **given):
     "Token-boundary validation: checks, segments, loss masks, rejects, report, next-turn prompts."
     from eagle3nb.validate import ValidateConfig, validate
+    from eagle3nb.generate import GenerateConfig
+    from eagle3nb.settings import stage_config
+    # [generate] tool_results decides the next turns after tool results: the flag, else the run's, else the default
+    tool_results = stage_config(GenerateConfig, run, "generate",
+                                {"tool_results": tool_results} if tool_results else {}).tool_results
     c = _settings(ValidateConfig, run, "validate", given)
     m = validate(run, target, c.family, c.drop_truncated, c.mask_reasoning, c.mask_tool_calls, generations,
-                 prompts_file)
+                 prompts_file, tool_results=tool_results)
     print(validate_summary(m))
     print(f"wrote {Run(run).validate_dir} "
           "(report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")
@@ -308,6 +316,27 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
     for s in sweep: print(f"  vocab sweep: {train_summary(s)}")
     print(f"wrote {Run(run).train_dir} (drafter/, metrics.jsonl, plots/)")
 
+# %% ../nbs/90_cli.ipynb #ad068a77
+def _eval_prompts(run, c, prompts_file=None) -> tuple:
+    ("`(held-out, sealed or None)` prompt files: `prompts_file` as given (sealed ones only where the run has them), "
+     "else the run's, drawn now as the main job draws them where they are missing.")
+    from dataclasses import asdict
+    from eagle3nb.core import read_json
+    from eagle3nb.pipeline import heldout_prompts, sealed_file
+    from eagle3nb.settings import pipeline_config
+    r = Run(run)
+    if prompts_file:
+        if not Path(prompts_file).exists(): raise InputError(f"{prompts_file}: no such prompts file")
+        return prompts_file, (r.sealed_prompts if c.sealed_n_prompts and r.sealed_prompts.exists() else None)
+    if not r.prompts.exists():
+        raise InputError(f"{r.prompts}: no prepared prompts to draw held-out ones from; run `eagle3nb prepare --run "
+                         f"{r}` first, or pass --prompts_file (prompt records or conversations never trained on)")
+    pc = (pipeline_config(read_json(r.settings), evaluate=asdict(c)) if r.settings.exists() else
+          pipeline_config(target=r.target, evaluate=asdict(c)))          # the main job's draw, this run's settings
+    held = r.heldout_prompts if r.heldout_prompts.exists() else heldout_prompts(r, pc)
+    if not c.sealed_n_prompts: return held, None
+    return held, r.sealed_prompts if r.sealed_prompts.exists() else sealed_file(r, pc, held)
+
 # %% ../nbs/90_cli.ipynb #70b6ebf4
 @call_parse
 def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/)", str)="runs/default",
@@ -317,21 +346,8 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
      "forward, beside n-gram, each at its best K; recommended K.")
     from eagle3nb.evaluate import EvaluateConfig, evaluate, print_report
     c = _settings(EvaluateConfig, run, "evaluate", given)
-    main_job = Run(run).heldout_prompts
-    prompts = given.get("prompts_file") or (main_job if main_job.exists() else c.prompts_file)
-    if not prompts or not Path(prompts).exists():
-        raise InputError(f"{prompts or main_job}: no held-out prompts; pass --prompts_file, a JSONL of prompt "
-                         "records or conversations the drafter never trained on (the main job writes "
-                         "RUN/evaluate_prompts.jsonl)")
-    sealed = Run(run).sealed_prompts
-    if c.sealed_n_prompts and not sealed.exists():
-        raise InputError(f"{sealed}: no sealed prompts; the main job (`eagle3nb run`) writes them, or pass "
-                         "--sealed_n_prompts 0")
-    rep = evaluate(run, prompts, drafter, c.ks, c.temperature, c.max_new_tokens, c.n_prompts, c.ngram,
-                   draft_sample=c.draft_sample, device=c.device, dtype=c.dtype, batch_size=c.batch_size,
-                   sealed=sealed if c.sealed_n_prompts else None, ngram_max_k=c.ngram_max_k,
-                   ngram_settings=c.ngram_settings, loop_n_prompts=c.loop_n_prompts,
-                   loop_max_new_tokens=c.loop_max_new_tokens, resamples=c.resamples, seed=c.seed)
+    prompts, sealed = _eval_prompts(run, c, given.get("prompts_file") or c.prompts_file)
+    rep = evaluate(run, prompts, c, sealed, drafter)
     print_report(rep)
     print(f"wrote {Run(run).evaluate_dir} (report.json, plots/)")
 

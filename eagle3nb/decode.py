@@ -12,6 +12,7 @@ from .core import InputError
 from .capture import catch_aux
 from .drafter import Drafter
 from .models import kv_cache_kwarg
+from .local import processed_probs
 
 # %% auto #0
 __all__ = ['TargetCache', 'DrafterCache', 'ngram_propose', 'SpecStats', 'verify', 'spec_decode', 'BatchTargetCache',
@@ -114,12 +115,12 @@ class SpecStats:
                 "tokens_per_s": round(self.output_tokens / self.seconds, 2) if self.seconds else None}
 
 # %% ../nbs/10_decode.ipynb #07efcc99
-def _pick(logits, temperature:float, gen):
-    "Greedy or sampled id from one row of target logits."
+def _pick(logits, temperature:float, gen, top_k:int=-1, top_p:float=1.0):
+    "Greedy or sampled id from one row of target logits (sampled from `processed_probs`)."
     if temperature == 0: return int(logits.argmax())
-    return int(torch.multinomial(torch.softmax(logits.cpu() / temperature, -1), 1, generator=gen))
+    return int(torch.multinomial(processed_probs(logits.cpu(), temperature, top_k, top_p), 1, generator=gen))
 
-def verify(logits, drafts:list, qs:list, temperature:float, gen) -> tuple:
+def verify(logits, drafts:list, qs:list, temperature:float, gen, top_k:int=-1, top_p:float=1.0) -> tuple:
     "Accept the longest valid prefix of `drafts` by target `logits` `[len(drafts)+1, V]`; `(n_accepted, next_token)`."
     if temperature != 0: logits = logits.cpu()   # sampled on the CPU, with the prompt's own generator
     for j, d in enumerate(drafts):
@@ -127,12 +128,12 @@ def verify(logits, drafts:list, qs:list, temperature:float, gen) -> tuple:
             t = int(logits[j].argmax())
             if t != d: return j, t
             continue
-        p = torch.softmax(logits[j] / temperature, -1)
+        p = processed_probs(logits[j], temperature, top_k, top_p)   # the served distribution: filters included
         q = qs[j] if qs[j] is not None else torch.nn.functional.one_hot(torch.tensor(d), p.numel()).float()
         if torch.rand((), generator=gen) < min(1.0, float(p[d] / q[d])): continue
         r = (p - q).clamp(min=0)
         return j, int(torch.multinomial(r / r.sum(), 1, generator=gen))
-    return len(drafts), _pick(logits[len(drafts)], temperature, gen)
+    return len(drafts), _pick(logits[len(drafts)], temperature, gen, top_k, top_p)
 
 # %% ../nbs/10_decode.ipynb #2cc32f40
 def spec_decode(model, # the target (a transformers causal LM)
@@ -142,7 +143,7 @@ def spec_decode(model, # the target (a transformers causal LM)
                 method:str|None="eagle3", # "eagle3", "ngram", or None (the target alone, one token per forward)
                 temperature:float=0.0, seed:int=0,
                 greedy_draft:bool=False, # at T > 0, draft the argmax (q one-hot, as vLLM's EAGLE proposer)
-                ngram:tuple=(2, 4)) -> tuple:
+                ngram:tuple=(2, 4), top_k:int=-1, top_p:float=1.0) -> tuple:
     "Draft-and-verify decoding mirroring vLLM 0.32; return `(output_ids, SpecStats)`."
     if method == "eagle3" and drafter is None: raise InputError("method='eagle3' needs a drafter")
     t0, gen = time.perf_counter(), torch.Generator().manual_seed(seed)
@@ -151,7 +152,7 @@ def spec_decode(model, # the target (a transformers causal LM)
     st, eos = SpecStats(k=k if method else 0), set(eos_ids)
     seq, out = list(prompt_ids), []
     logits, aux = tgt(seq)                      # prefill: its last row gives the first token
-    new, p0, n_acc = [_pick(logits[-1], temperature, gen)], 0, None
+    new, p0, n_acc = [_pick(logits[-1], temperature, gen, top_k, top_p)], 0, None
     while True:
         for t in new:                           # emit, truncating at EOS / max tokens (counters already updated)
             out.append(t)
@@ -174,7 +175,7 @@ def spec_decode(model, # the target (a transformers causal LM)
             qs = [None] * len(drafts)
         L = len(seq)                            # the target has processed seq[:L-1]; verify [seq[-1], d1..dk]
         logits, aux = tgt([seq[-1]] + drafts)
-        n_acc, bonus = verify(logits, drafts, qs, temperature, gen)
+        n_acc, bonus = verify(logits, drafts, qs, temperature, gen, top_k, top_p)
         if drafts:
             st.drafts += 1
             st.draft_tokens += len(drafts)
@@ -316,7 +317,7 @@ def spec_decode_batch(model, prompts:list, # prompt id lists, decoded together
                       max_new_tokens:int, eos_ids:list=(), drafter:Drafter|None=None, k:int=3,
                       method:str|None="eagle3", temperature:float=0.0,
                       seeds:list|None=None, # one generator seed per prompt (default 0, 1, ...)
-                      greedy_draft:bool=False, ngram:tuple=(2, 4)) -> list:
+                      greedy_draft:bool=False, ngram:tuple=(2, 4), top_k:int=-1, top_p:float=1.0) -> list:
     "`spec_decode` with every prompt in flight at once, row by row the same counters; `[(output_ids, SpecStats)]`."
     if method == "eagle3" and drafter is None: raise InputError("method='eagle3' needs a drafter")
     t0, B = time.perf_counter(), len(prompts)
@@ -326,7 +327,7 @@ def spec_decode_batch(model, prompts:list, # prompt id lists, decoded together
     sts, eos = [SpecStats(k=k if method else 0) for _ in range(B)], set(eos_ids)
     seqs, outs, rows, fwd = [list(p) for p in prompts], [[] for _ in range(B)], list(range(B)), [1] * B
     logits, aux = tgt(seqs, last=True)                               # prefill
-    new = [[_pick(logits[i], temperature, gens[i])] for i in range(B)]
+    new = [[_pick(logits[i], temperature, gens[i], top_k, top_p)] for i in range(B)]
     auxs, p0 = [None if aux is None else aux[i, :len(p)] for i, p in enumerate(prompts)], [0] * B
     while True:
         left = [i for i in rows if not _emit(new[i], outs[i], seqs[i], eos, max_new_tokens)]
@@ -349,7 +350,8 @@ def spec_decode_batch(model, prompts:list, # prompt id lists, decoded together
             if top:                                                  # `verify` at T=0: the longest argmax prefix
                 n_acc = next((j for j, dj in enumerate(drafts[b]) if dj != top[b][j]), len(drafts[b]))
                 bonus = top[b][n_acc]
-            else: n_acc, bonus = verify(logits[b, :len(drafts[b]) + 1], drafts[b], qs[b], temperature, gens[i])
+            else: n_acc, bonus = verify(logits[b, :len(drafts[b]) + 1], drafts[b], qs[b], temperature, gens[i],
+                                        top_k, top_p)
             if drafts[b]:
                 sts[i].drafts, sts[i].draft_tokens = sts[i].drafts + 1, sts[i].draft_tokens + len(drafts[b])
                 sts[i].accepted += n_acc
@@ -385,6 +387,8 @@ def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids
           greedy_draft:bool=True, # at T > 0, argmax drafts (vLLM's default `draft_sample_method`) or sampled ones
           batch_size:int=1, # prompts in flight at once
           lookup:tuple=(2, 4), # n-gram's (prompt_lookup_min, prompt_lookup_max)
+          top_k:int=-1, top_p:float=1.0, # at T > 0, the served sampling's filters (`processed_probs`)
+          seed:int=0, # prompt i's generator is seeded `seed + i`
          ) -> dict:
     "Decode every prompt with the target alone, then drafter and n-gram lookup at each K; rows of vLLM-style counters."
     from tqdm.auto import tqdm
@@ -393,9 +397,9 @@ def sweep(model, drafter:Drafter|None, prompts:list, max_new_tokens:int, eos_ids
     plan = [("target", None, 0)] + [(m, m, k) for k in ks for m in methods]
     rows, base = [], None
     for name, method, k in tqdm(plan, desc="evaluate", disable=not progress):
-        outs, st = run_prompts(model, prompts, max_new_tokens, eos_ids, drafter=drafter, k=k, method=method,
+        outs, st = run_prompts(model, prompts, max_new_tokens, eos_ids, seed, drafter=drafter, k=k, method=method,
                                temperature=temperature, greedy_draft=greedy_draft, batch_size=batch_size,
-                               ngram=tuple(lookup))
+                               ngram=tuple(lookup), top_k=top_k, top_p=top_p)
         if base is None: base = outs
         rows.append({"method": name, **st.summary(), "outputs_equal_target": outs == base,
                      "prompts_equal_target": sum(o == b for o, b in zip(outs, base))})

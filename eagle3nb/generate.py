@@ -198,6 +198,9 @@ class GenerateConfig:
     timeout: float = 600  # base read timeout of a request, in seconds
     timeout_per_token: float = 0.1  # read-timeout seconds added per max_new_tokens token (long answers are not cut)
     max_retries: int = 6  # retries of transient faults per request
+    # the next turn after recorded tool results: "matching" (only where the regenerated calls are the recorded ones),
+    # "recorded" (reuse the results regardless, as other tools do; the report says so) or "stop" (never past a result)
+    tool_results: str = "matching"
     @property
     def sampling(self) -> Sampling:
         "The `Sampling` every request is sent with."

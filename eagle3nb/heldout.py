@@ -142,10 +142,13 @@ def prompt_records(path, # JSONL of prompt records (`prompt_ids`) or conversatio
 def sealed_prompts(inputs:list, # input files or built-in names, as `[data] inputs`
                    tokenizer, n:int, share:float=0.1,
                    exclude:set=frozenset(), # conversations to leave out (the evaluation set's)
-                   max_prompt_tokens:int|None=None, thinking:bool|None=None) -> list:
+                   max_prompt_tokens:int|None=None, thinking:bool|None=None,
+                   thinking_share:float|None=None, # mixed modes, as `[data] thinking_share`
+                  ) -> list:
     "Prompt records of the last `n` held-out-side conversations of `inputs` read to their end (a set nobody tunes on)."
     from collections import deque
-    from eagle3nb.prompts import RowReader, conversation_id, first_turn, normalize_row, render_prompt, resolve_input
+    from eagle3nb.prompts import (RowReader, conversation_id, first_turn, normalize_row, render_prompt, resolve_input,
+                                  thinking_mode)
     tail = deque(maxlen=8 * n + 64)   # candidates from the far end; some render too long or to nothing
     for path in (resolve_input(i) for i in inputs):
         for where, row in RowReader(path):
@@ -158,11 +161,12 @@ def sealed_prompts(inputs:list, # input files or built-in names, as `[data] inpu
         if len(out) == n: break
         try:
             conv = normalize_row(row, default_id)
-            ids = render_prompt(tokenizer, first_turn(conv)[0], conv.tools, thinking)
+            mode = thinking_mode(thinking, thinking_share, c)
+            ids = render_prompt(tokenizer, first_turn(conv)[0], conv.tools, mode)
         except Exception: continue
         if c in seen or (max_prompt_tokens and len(ids) > max_prompt_tokens): continue
         seen.add(c)
-        out.append({"id": f"{conv.id}-t0", "prompt_ids": ids, "conversation": c})
+        out.append({"id": f"{conv.id}-t0", "prompt_ids": ids, "conversation": c, "options": {"thinking": mode}})
     return out[::-1]
 
 # %% ../nbs/02a_heldout.ipynb #9d4bc33b

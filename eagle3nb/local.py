@@ -14,7 +14,7 @@ import torch
 
 
 # %% auto #0
-__all__ = ['PENALTIES', 'apply_penalties', 'sample_tokens', 'default_threads', 'LocalEngine']
+__all__ = ['PENALTIES', 'apply_penalties', 'sample_tokens', 'processed_probs', 'default_threads', 'LocalEngine']
 
 # %% ../nbs/03b_local.ipynb #c446b494
 PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
@@ -74,6 +74,19 @@ def sample_tokens(logits, # `[rows, vocab]` logits of the last position
             t = int(torch.multinomial(p[j], 1, generator=gens[i]))
             out[i] = t if si is None else int(si[j, t])
     return out
+
+# %% ../nbs/03b_local.ipynb #33243dd5
+def processed_probs(logits, # `[V]` or `[rows, V]` logits
+                    temperature:float, top_k:int=-1, top_p:float=1.0) -> "torch.Tensor":
+    "The sampled distribution after temperature, top-k and top-p (vLLM's order), in vocabulary order; float32."
+    x = logits.float() / temperature
+    V = x.shape[-1]
+    if not ((top_k and 0 < top_k < V) or top_p < 1): return torch.softmax(x, -1)
+    if top_k and 0 < top_k < V: xs, si = torch.topk(x, top_k, -1)     # the k largest, in order: no full sort
+    else: xs, si = torch.sort(x, -1, descending=True)
+    p = torch.softmax(xs, -1)
+    p = p.masked_fill((p.cumsum(-1) - p) > top_p, 0)
+    return torch.zeros_like(x).scatter(-1, si, p / p.sum(-1, keepdim=True))
 
 # %% ../nbs/03b_local.ipynb #8e5fc09d
 def default_threads() -> int:

@@ -12,9 +12,9 @@ from fastcore.basics import patch
 from .core import InputError, build_dir_atomically
 
 # %% auto #0
-__all__ = ['ASSETS', 'SMOLLM2_GGUF', 'TINY', 'BUILDERS', 'KIMI_PAT_STR', 'asset_path', 'cache_dir', 'target_dir',
-           'deep_sort_dict', 'KimiTokenizer', 'load_tokenizer', 'Target', 'load_target', 'eos_ids', 'kv_cache_kwarg',
-           'sglang_layer_ids', 'hf_layer_ids']
+__all__ = ['ASSETS', 'SMOLLM2_GGUF', 'TINY', 'BUILDERS', 'KIMI_PAT_STR', 'MODEL_CARD_SAMPLING', 'asset_path', 'cache_dir',
+           'target_dir', 'deep_sort_dict', 'KimiTokenizer', 'load_tokenizer', 'Target', 'load_target', 'eos_ids',
+           'served_sampling', 'kv_cache_kwarg', 'sglang_layer_ids', 'hf_layer_ids']
 
 # %% ../nbs/01_models.ipynb #5e096973
 ASSETS = {
@@ -276,6 +276,25 @@ def eos_ids(path:Path, tokenizer) -> list:
         ids = e if isinstance(e, list) else ([e] if e is not None else [])
     if not ids and getattr(tokenizer, "eos_token_id", None) is not None: ids = [tokenizer.eos_token_id]
     return [int(i) for i in ids]
+
+# %% ../nbs/01_models.ipynb #ae91e7dc
+MODEL_CARD_SAMPLING = {   # by the GGUF or repository a built-in target comes from: its card's recommended sampling
+    "SmolLM2-135M-Instruct": {"temperature": 0.2, "top_p": 0.9, "top_k": -1,
+                              "source": "the SmolLM2-135M-Instruct model card's example: model.generate(..., "
+                                        "temperature=0.2, top_p=0.9, do_sample=True)"},
+}
+
+def served_sampling(path) -> dict|None:
+    ("`{temperature, top_p, top_k, source}` a target is served at: its `generation_config.json`'s sampling, else its "
+     "model card's (`MODEL_CARD_SAMPLING`), else None.")
+    path = Path(path)
+    gc = json.loads((path/"generation_config.json").read_text()) if (path/"generation_config.json").exists() else {}
+    if gc.get("temperature") and gc.get("do_sample", True):
+        return {"temperature": float(gc["temperature"]), "top_p": float(gc.get("top_p", 1.0)),
+                "top_k": int(gc.get("top_k") or -1), "source": f"{path.name}/generation_config.json"}
+    src = path/"eagle3nb_source.json"
+    built = json.loads(src.read_text()).get("built_from", "") if src.exists() else ""
+    return next((dict(v) for k, v in MODEL_CARD_SAMPLING.items() if k in built or k == path.name), None)
 
 # %% ../nbs/01_models.ipynb #2954f9a5
 def kv_cache_kwarg(model) -> str:

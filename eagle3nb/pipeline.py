@@ -29,10 +29,13 @@ def _train_section(c:PipelineConfig) -> dict:
     return {**sec, "select": c.train.select, "tuning": {k: getattr(c.evaluate, k) for k in _TUNING_KEYS}}
 
 def stage_keys(c:PipelineConfig) -> dict:
-    "A settings hash per stage, chained: each includes the previous stage's key."
+    ("A settings hash per stage, chained: each includes the previous stage's key. Export's includes whether a vLLM "
+     "venv exists where its check is `auto`: a check skipped for want of vLLM runs once the venv is there.")
+    from eagle3nb.vllm_check import vllm_python
     keys, prev = {}, c.target
     for s in STAGES:
         sec = _train_section(c) if s == "train" else asdict(getattr(c, SECTION[s]))
+        if s == "export" and c.export.vllm_check == "auto": sec["vllm_venv"] = bool(vllm_python())
         prev = keys[s] = hashlib.sha256(json.dumps([prev, s, sec], sort_keys=True).encode()).hexdigest()[:16]
     return keys
 
@@ -135,7 +138,7 @@ def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (d
     held = {conversation_of(o) for _, o in JsonlReader(held or heldout_prompts(run, c))}
     limit = c.generate.max_prompt_tokens or c.data.max_prompt_tokens or tgt.context_length
     cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * (n + t) + 8, c.data.heldout_share, held, limit,
-                           c.data.thinking)   # spares for what the screen drops
+                           c.data.thinking, c.data.thinking_share)   # spares for what the screen drops
     prompts = [o for _, o in JsonlReader(Run(run).prompts)]
     train_side = _training_side(prompts, c.data.heldout_share)
     ps, info = draw_prompts(cands, n, train_side, limit, last=True)
@@ -155,7 +158,7 @@ def _stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.prompts import prepare
     d = c.data
     return prepare_summary(prepare(d.inputs, c.target, run, d.max_prompt_tokens, d.thinking, d.tools, d.limit,
-                                   d.drop_leading_assistant))
+                                   d.drop_leading_assistant, thinking_share=d.thinking_share))
 
 def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.generate import engines_for, generate
@@ -181,7 +184,7 @@ def _stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.validate import validate
     v = c.validate
     return validate_summary(validate(run, None, v.family, v.drop_truncated, v.mask_reasoning, v.mask_tool_calls,
-                                     generations=_generations(run)))
+                                     generations=_generations(run), tool_results=c.generate.tool_results))
 
 def _stage_context(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.context import context
@@ -220,14 +223,8 @@ def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.costs import TooLarge
     from eagle3nb.evaluate import evaluate
-    e = c.evaluate
     held = heldout_prompts(run, c)
-    try: rep = evaluate(run, held, ks=e.ks, temperature=e.temperature,
-                        max_new_tokens=e.max_new_tokens, ngram=e.ngram, draft_sample=e.draft_sample, device=e.device,
-                        dtype=e.dtype, batch_size=e.batch_size, sealed=sealed_file(run, c, held),
-                        ngram_max_k=e.ngram_max_k, ngram_settings=e.ngram_settings, loop_n_prompts=e.loop_n_prompts,
-                        loop_max_new_tokens=e.loop_max_new_tokens,
-                        resamples=e.resamples, seed=e.seed)
+    try: rep = evaluate(run, held, c.evaluate, sealed_file(run, c, held))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         Run(run).eval_report.unlink(missing_ok=True)
         return f"evaluate: not run in this process: {err}"

@@ -11,7 +11,7 @@ from .core import InputError, disk_full_said, md_table, read_jsonl
 
 # %% auto #0
 __all__ = ['tokens_per_forward', 'mean_tokens_per_forward', 'choose_k', 'paired_bootstrap', 'verdict', 'power_block',
-           'headline_from_per_prompt', 'plot_per_prompt', 'top_wins', 'wins_table']
+           'headline_from_per_prompt', 'plot_per_prompt', 'top_wins', 'wins_rows', 'wins_table']
 
 # %% ../nbs/09b_power.ipynb #04ee0e0c
 def _counts(recs:list, method:str, k) -> tuple:
@@ -137,13 +137,15 @@ def power_block(recs:list, # per-prompt records of one set (the sealed prompts, 
 def headline_from_per_prompt(path_or_recs, # `evaluate/per_prompt.jsonl`, or its records as a list
                              set:str|None="heldout", # which prompts: "heldout" or "sealed" (None: all)
                              *, ks:dict, # method → K, as the headline reports them
+                             temperature:float=0.0, # which answers: greedy (0) or those sampled at this temperature
                             ) -> dict:
     "Pooled and per-prompt-mean tokens per forward recomputed from the per-prompt records, at the given Ks."
     is_file = isinstance(path_or_recs, (str, os.PathLike))
     recs = read_jsonl(path_or_recs) if is_file else list(path_or_recs)
-    recs = [r for r in recs if set is None or r.get("set") == set]
-    if not recs: raise InputError(f"{path_or_recs if is_file else 'the records'}: no prompts of set {set!r}")
-    return {"set": set, "n_prompts": len(recs), "k": dict(ks),
+    recs = [r for r in recs if (set is None or r.get("set") == set) and r.get("temperature", 0.0) == temperature]
+    if not recs: raise InputError(f"{path_or_recs if is_file else 'the records'}: no prompts of set {set!r} at "
+                                  f"temperature {temperature}")
+    return {"set": set, "temperature": temperature, "n_prompts": len(recs), "k": dict(ks),
             "tokens_per_forward": {m: round(tokens_per_forward(recs, m, k), 4) for m, k in ks.items()},
             "mean_per_prompt": {m: round(mean_tokens_per_forward(recs, m, k), 4) for m, k in ks.items()}}
 
@@ -173,8 +175,16 @@ def plot_per_prompt(recs:list, # per-prompt records (held-out and sealed get a c
         ax.scatter(xs, ys, s=14, alpha=0.7, color=col, label=f"{name} ({len(rs)})")
         ends = [min(ends[0], *xs, *ys), max(ends[1], *xs, *ys)]
     ax.plot(ends, ends, color="gray", lw=0.8, label="equal")
-    ax.set(xlabel=f"{b}: tokens per target forward (K={ks[b]})", ylabel=f"{a}: tokens per target forward (K={ks[a]})",
-           title=title)
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullLocator
+    ticks = [t for t in (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32) if ends[0] <= t <= ends[1] * 1.05]
+    ax.set_xscale("log")   # log axes: most prompts sit near 1, a few repeat themselves far out
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_minor_locator(NullLocator())
+    ax.set(xlabel=f"{b}: tokens per target forward (K={ks[b]}, log)",
+           ylabel=f"{a}: tokens per target forward (K={ks[a]}, log)", title=title)
     ax.legend(fontsize=7)
     ax.grid(alpha=.3)
     fig.tight_layout()
@@ -194,11 +204,16 @@ def top_wins(recs:list, ks:dict, # method → its K
             b: sorted((w for w in rows if w["diff"] < 0), key=lambda w: w["diff"])[:n]}
 
 # %% ../nbs/09b_power.ipynb #2f48a169
+def wins_rows(top:dict, # `top_wins`'s answer
+             ) -> tuple:
+    "Both lists of `top_wins` as one small table, `(headers, rows)`, each method's biggest wins first."
+    a, b = list(top)
+    rows = [[m, w["id"], f"{w[a]:.2f}", f"{w[b]:.2f}", f"{w['diff']:+.2f}", w["prompt"].replace("\n", " ")]
+            for m in (a, b) for w in top[m]]
+    return ["wins", "id", a, b, f"{a} − {b}", "prompt"], rows
+
 def wins_table(top:dict, # `top_wins`'s answer
               ) -> str:
-    "Both lists of `top_wins` as one small Markdown table, each method's biggest wins first."
-    a, b = list(top)
-    cell = lambda s: s.replace("|", "\\|").replace("\n", " ")
-    rows = [[m, w["id"], f"{w[a]:.2f}", f"{w[b]:.2f}", f"{w['diff']:+.2f}", cell(w["prompt"])]
-            for m in (a, b) for w in top[m]]
-    return md_table(["wins", "id", a, b, f"{a} − {b}", "prompt"], rows)
+    "`wins_rows` as Markdown (a `|` in a prompt escaped)."
+    head, rows = wins_rows(top)
+    return md_table(head, [r[:-1] + [r[-1].replace("|", "\\|")] for r in rows])

@@ -16,7 +16,7 @@ from .models import asset_path, load_target
 # %% auto #0
 __all__ = ['SHAREGPT_ROLES', 'ROLES', 'DATASETS', 'JsonArrayReader', 'Reject', 'Conversation', 'normalize_row', 'first_turn',
            'conversation_id', 'conversation_of', 'resolve_input', 'RowReader', 'render_prompt', 'template_hash',
-           'PrepareConfig', 'prepare']
+           'thinking_mode', 'PrepareConfig', 'prepare']
 
 # %% ../nbs/02_prompts.ipynb #3c7354ad
 _WS = " \t\r\n"
@@ -104,7 +104,8 @@ def __iter__(self:JsonArrayReader):
 # %% ../nbs/02_prompts.ipynb #e121d6ae
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
                   "bing": "assistant", "model": "assistant", "assistant": "assistant", "system": "system",
-                  "tool": "tool", "function": "tool", "observation": "tool"}
+                  "tool": "tool", "function": "tool", "observation": "tool",
+                  "function_call": "assistant"}   # its value holds the calls: read into `tool_calls`
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 # %% ../nbs/02_prompts.ipynb #1812b42f
@@ -113,6 +114,31 @@ class Reject(Exception):
     def __init__(self, reason:str, detail:str):
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail = reason, detail
+
+# %% ../nbs/02_prompts.ipynb #f69fc785
+def _json_field(v, what:str):
+    "A field that may hold JSON text (ShareGPT-style tool rows store calls and tools as strings), as a value."
+    if not isinstance(v, str): return v
+    try: return json.loads(v)
+    except json.JSONDecodeError as e:
+        raise Reject("malformed_row", f"{what} is not JSON ({e.msg}): {v[:60]!r}") from None
+
+def _sharegpt_calls(value, i:int) -> list:
+    "OpenAI `tool_calls` from a ShareGPT `function_call` turn's value: one `{name, arguments}` object or a list."
+    calls = _json_field(value, f"message {i} (function_call)")
+    calls = calls if isinstance(calls, list) else [calls]
+    if not all(isinstance(c, dict) and "name" in c for c in calls):
+        raise Reject("malformed_row", f"message {i} (function_call) holds no {{name, arguments}} object")
+    args = lambda a: a if isinstance(a, str) else json.dumps(a if a is not None else {}, ensure_ascii=False)
+    return [{"id": f"call_{i}_{n}", "type": "function",
+             "function": {"name": c["name"], "arguments": args(c.get("arguments"))}} for n, c in enumerate(calls)]
+
+def _tool_defs(tools) -> list|None:
+    "A row's tool definitions as OpenAI `{type: function, function: {...}}` entries (JSON text, bare functions read)."
+    tools = _json_field(tools, "'tools'")
+    if tools is None: return None
+    if not isinstance(tools, list): raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")
+    return [t if not isinstance(t, dict) or "type" in t else {"type": "function", "function": t} for t in tools] or None
 
 # %% ../nbs/02_prompts.ipynb #10f5c8c7
 @dataclass
@@ -161,13 +187,15 @@ def normalize_row(row, default_id:str) -> Conversation:
             role = SHAREGPT_ROLES.get(str(m["from"]).lower())
             if role is None:
                 raise Reject("unknown_role", f"message {i} has from={m['from']!r}; known: {sorted(SHAREGPT_ROLES)}")
-            m = {"role": role, "content": m.get("value")}
+            if str(m["from"]).lower() == "function_call":
+                m = {"role": "assistant", "content": "", "tool_calls": _sharegpt_calls(m.get("value"), i)}
+            else: m = {"role": role, "content": m.get("value")}
         else:
             if m.get("role") not in ROLES:
                 raise Reject("unknown_role", f"message {i} has role={m.get('role')!r}; known: {sorted(ROLES)}")
             m = dict(m)
         c = m.get("content")
-        if c is None and not m.get("tool_calls"): m["content"] = c = ""
+        if c is None: m["content"] = c = ""   # OpenAI's `content: null` beside tool calls: templates want text
         if c is not None and not isinstance(c, (str, list)):
             raise Reject("malformed_row", f"message {i} content is a {type(c).__name__}, not text")
         out.append(m)
@@ -175,10 +203,7 @@ def normalize_row(row, default_id:str) -> Conversation:
         c = m.get("content")
         return not m.get("tool_calls") and (not c or (isinstance(c, str) and not c.strip()))
     if all(_empty(m) for m in out): raise Reject("empty_conversation", f"all {len(out)} messages are empty")
-    tools = row.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise Reject("malformed_row", f"'tools' is a {type(tools).__name__}, not a list")
-    return Conversation(rid, out, tools or None, fmt)
+    return Conversation(rid, out, _tool_defs(row.get("tools")), fmt)
 
 # %% ../nbs/02_prompts.ipynb #91fa6adf
 def first_turn(conv:Conversation,
@@ -267,6 +292,15 @@ def template_hash(tokenizer) -> str|None:
     if isinstance(t, dict): t = json.dumps(t, sort_keys=True)
     return hashlib.sha256(t.encode()).hexdigest() if t else None
 
+# %% ../nbs/02_prompts.ipynb #f15dd63a
+def thinking_mode(thinking:bool|None, # the fixed mode (`[data] thinking`), used when there is no share
+                  share:float|None, # the share of conversations with reasoning on, or None
+                  conversation:str) -> bool|None:
+    "The reasoning switch of one conversation's prompts: `thinking`, or on for a hashed `share` of conversations."
+    if share is None: return thinking
+    if not 0 <= share <= 1: raise InputError(f"thinking_share={share}: a share of conversations, between 0 and 1")
+    return int(hashlib.sha256(f"thinking:{conversation}".encode()).hexdigest()[:15], 16) / 16**15 < share
+
 # %% ../nbs/02_prompts.ipynb #1597ee93
 def _prompt_record(row, where:dict, default_id:str, seen:set, tok, render:dict) -> tuple:
     "`(PromptRecord, leading turns dropped)` for one input row; raises `Reject` with the reason."
@@ -276,15 +310,16 @@ def _prompt_record(row, where:dict, default_id:str, seen:set, tok, render:dict) 
     seen.add(conv.id)
     msgs, dropped, k = first_turn(conv, render["drop_leading_assistant"])
     tl = conv.tools if render["tools"] else None
-    try: ids = render_prompt(tok, msgs, tl, render["thinking"])
+    cid = conversation_id(row, conv)
+    thinking = thinking_mode(render["thinking"], render.get("thinking_share"), cid)
+    try: ids = render_prompt(tok, msgs, tl, thinking)
     except Exception as e: raise Reject("template_error", f"{type(e).__name__}: {e}") from None
     limit = render["max_prompt_tokens"]
     if limit and len(ids) > limit:
         raise Reject("prompt_too_long", f"{len(ids)} prompt tokens > max_prompt_tokens={limit}")
     source = {"format": conv.format, **where, "row": row, "assistant_index": k}
-    return PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl, source,
-                        {"thinking": render["thinking"], "dropped_leading": dropped},
-                        conversation_id(row, conv)), dropped
+    return PromptRecord(f"{conv.id}-t0", ids, 0, msgs, tl, source, {"thinking": thinking, "dropped_leading": dropped},
+                        cid), dropped
 
 # %% ../nbs/02_prompts.ipynb #e4905df3
 @dataclass
@@ -293,6 +328,8 @@ class PrepareConfig:
     inputs: list = field(default_factory=lambda: ["sharegpt"])  # files (JSON array or JSONL) or built-in names
     limit: int | None = None  # read at most this many rows in all (None: all)
     thinking: bool | None = None  # reasoning on/off in the chat template (None: the template's default)
+    thinking_share: float | None = None  # mixed: this share of conversations with reasoning on, the rest off (each
+                                         # prompt records its mode; a hash of the conversation id decides)
     max_prompt_tokens: int | None = None  # reject longer prompts (default: the target's context length)
     tools: bool = True  # pass rows' tool definitions to the template
     drop_leading_assistant: bool = True  # drop assistant turns before the first user turn (false: reject the row)
@@ -308,6 +345,7 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
             limit:int|None=None, # read at most this many rows in all (None: all)
             drop_leading_assistant:bool=True, # drop assistant turns before the first user turn (else reject the row)
             progress:bool=True, # show a progress bar
+            thinking_share:float|None=None, # mixed modes: this share of conversations with reasoning on, the rest off
            ) -> dict:
     "Render turn-0 prompts for every input row; return the manifest."
     t0 = time.time()
@@ -318,11 +356,12 @@ def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset name
     if max_prompt_tokens is None: max_prompt_tokens = tgt.context_length
     out = stage_dir(run, "prepare")
     tally, seen, n_tokens, n_dropped, truncations = Tally(), set(), 0, 0, []
-    options = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
+    options = {"thinking": thinking, "thinking_share": thinking_share, "tools": tools,
+               "drop_leading_assistant": drop_leading_assistant,
                "template_sha256": template_hash(tok),
                "max_prompt_tokens": max_prompt_tokens, "target": str(tgt.path)}
-    render = {"thinking": thinking, "tools": tools, "drop_leading_assistant": drop_leading_assistant,
-              "max_prompt_tokens": max_prompt_tokens}
+    render = {"thinking": thinking, "thinking_share": thinking_share, "tools": tools,
+              "drop_leading_assistant": drop_leading_assistant, "max_prompt_tokens": max_prompt_tokens}
     bar = tqdm(total=limit, desc="prompts", unit="row", disable=not progress)
     with jsonl_writers_atomic({"ok": out/"prompts.jsonl", "rej": out/"rejected.jsonl"}) as ws:
         for path in paths:

@@ -46,12 +46,19 @@ def replay_stats(c:dict, k:int, n_out:int) -> SpecStats:
 
 # %% ../nbs/10a_replay.ipynb #bb783165
 @torch.inference_mode()
-def _greedy_batch(model, prompts:list, max_new_tokens:int, eos:set, tail:int, aux_layers:list|None) -> list:
+def _greedy_batch(model, prompts:list, max_new_tokens:int, eos:set, tail:int, aux_layers:list|None,
+                  sampling=None, gens:list|None=None) -> list:
     "One batch of `greedy_runs` through transformers' forward (`BatchTargetCache`), for targets the engine cannot run."
+    from eagle3nb.local import processed_probs
     B, tgt = len(prompts), BatchTargetCache(model, aux_layers)
+    s = sampling if sampling is not None and sampling.temperature > 0 else None
+    pick = lambda lg, rows: lg.argmax(-1).tolist() if s is None else [
+        int(torch.multinomial(processed_probs(lg[b].cpu(), s.temperature, s.top_k, s.top_p), 1, generator=gens[i]))
+        for b, i in enumerate(rows)]
     logits, aux = tgt([list(p) for p in prompts], last=True)
     auxs = [[aux[b, :len(p)]] if aux is not None else [] for b, p in enumerate(prompts)]
-    outs, tails, rows, nxt = [[] for _ in range(B)], [[] for _ in range(B)], list(range(B)), logits.argmax(-1).tolist()
+    outs, tails, rows = [[] for _ in range(B)], [[] for _ in range(B)], list(range(B))
+    nxt = pick(logits, rows)
     ended = [False] * B
     while True:
         for b, i in enumerate(rows):
@@ -65,7 +72,7 @@ def _greedy_batch(model, prompts:list, max_new_tokens:int, eos:set, tail:int, au
         feed = [[(tails[i] or outs[i])[-1]] for i in left]
         rows = left
         logits, aux = tgt(feed)
-        nxt = logits[:, -1].argmax(-1).tolist()
+        nxt = pick(logits[:, -1], rows)
         for b, i in enumerate(rows):
             if aux is not None and not tails[i]: auxs[i].append(aux[b, :1])   # an answer token's states
     return [{"output": o, "tail": t, "aux": torch.cat(a) if a else None} for o, t, a in zip(outs, tails, auxs)]
@@ -82,17 +89,27 @@ def greedy_runs(model, prompts:list, # prompt id lists
                 aux_layers:list|None=None, # HF hidden-state indices to keep over prompt + answer (None: none)
                 batch_size:int=8, # prompts in flight
                 engine=None, # a `LocalEngine` over this target (its lean forward); None: transformers' forward
+                sampling=None, # a `Sampling` with temperature > 0: each answer drawn from it instead (needs `engine`)
+                seeds:list|None=None, # with `sampling`: one seed a prompt (its answer does not depend on its batch)
                ) -> list:
-    "Per prompt `{output, tail, aux}`: its greedy answer, `tail` tokens past the end, aux states `[len(p+out), 3H]`."
+    ("Per prompt `{output, tail, aux}`: its greedy answer (or one drawn from `sampling`), `tail` tokens past the end "
+     "(drawn alike, EOS ignored), aux states `[len(p+out), 3H]`.")
     from eagle3nb.protocol import Sampling
     eos, out = set(eos_ids), []
+    hot = sampling is not None and sampling.temperature > 0
+    if hot and (seeds is None or len(seeds) != len(prompts)): raise InputError("sampled runs need one seed a prompt")
     if engine is None or engine.forward is None:
+        gens = [torch.Generator().manual_seed(int(s)) for s in seeds] if hot else None
         for a in range(0, len(prompts), batch_size):
-            out += _greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos, tail, aux_layers)
+            out += _greedy_batch(model, prompts[a:a + batch_size], max_new_tokens, eos, tail, aux_layers, sampling,
+                                 gens[a:a + batch_size] if hot else None)
         return out
     keep = engine.eos_ids, engine.aux_layers
     engine.eos_ids, engine.aux_layers = [], aux_layers    # EOS ignored: each answer is cut at its first EOS below
-    try: gens = engine.generate_batch([list(p) for p in prompts], Sampling(max_new_tokens=max_new_tokens + tail))
+    n = max_new_tokens + tail
+    sps = ([Sampling(max_new_tokens=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                     seed=s) for s in seeds] if hot else Sampling(max_new_tokens=n))
+    try: gens = engine.generate_batch([list(p) for p in prompts], sps)
     finally: engine.eos_ids, engine.aux_layers = keep
     for p, g in zip(prompts, gens):
         r = _cut(g.output_ids, eos, max_new_tokens, tail)

@@ -11,7 +11,7 @@ from .core import Run, STAGES, InputError, atomic_write_text, md_table, read_jso
 # %% auto #0
 __all__ = ['NO_INTERVAL', 'prepare_summary', 'generate_summary', 'validate_summary', 'capture_summary', 'context_summary',
            'train_summary', 'headline', 'evaluate_summary', 'verdict_line', 'render_markdown', 'render_html',
-           'serve_commands', 'report_blocks', 'write_report', 'report_headline']
+           'serve_commands', 'verdict_rows', 'report_blocks', 'write_report', 'report_headline']
 
 # %% ../nbs/12a_report.ipynb #bcb18a3c
 def _reasons(d:dict) -> str: return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
@@ -31,14 +31,21 @@ def prepare_summary(m:dict) -> str:
 def generate_summary(m:dict) -> str:
     c, sm = m["counts"], m["summary"]
     return (f"generate: items {c['items']}: success {c['success']}, failed {c['failed']}, skipped {c['skipped']} "
-            f"(this run: {c['this_run']['new_ok']} new, {c['this_run']['new_failed']} failed); finish {sm['finish']}; "
+            f"(this run: {c['this_run']['new_ok']} new, {c['this_run']['new_failed']} failed); finish reasons "
+            f"{_reasons(sm['finish'])}; "
             f"{sm['output_tokens']} output tokens, {m['timings']['new_tokens_per_s']} tok/s")
 
 def validate_summary(m:dict) -> str:
     c = m["counts"]
     return (f"validate ({m['config']['family']}): read {c['read']}, accepted {c['accepted']}, rejected {c['rejected']} "
             f"(failed checks: {_reasons(c['failed_checks'])}); truncated kept {c.get('truncated_kept', 0)}; "
-            f"next-turn prompts {c['next_turn_prompts']}")
+            f"next-turn prompts {c['next_turn_prompts']}" + _chain_summary(c.get("chain")))
+
+def _chain_summary(ch:dict|None) -> str:
+    "Where conversations went on through tool results or stopped: said only where they did."
+    if not ch or not (ch["after_tool"] or ch["stopped"] or ch["regenerated_after_tool"]["read"]): return ""
+    return (f" ({ch['after_tool']} after tool results, {ch['regenerated_after_tool']['accepted']} turns regenerated "
+            f"after one, stopped: {_reasons(ch['stopped'])})")
 
 def capture_summary(m:dict) -> str:
     c, st = m["counts"], m["storage"]
@@ -47,7 +54,8 @@ def capture_summary(m:dict) -> str:
             f"skipped {c['skipped']}, failed {failed}"
             + (" (reasons in capture/failed-r*.jsonl; a rerun retries them)" if failed else "") + "; "
             f"{c['tokens']} tokens in {c['shards']} shards, {st['bytes_per_token']} bytes/token "
-            f"(minimum {st['minimum_bytes_per_token']}); aux layers (HF) {m['config']['aux_layers_hf']}")
+            f"(minimum {st['minimum_bytes_per_token']}); aux layers (HF) "
+            + ", ".join(map(str, m["config"]["aux_layers_hf"])))
 
 
 # %% ../nbs/12a_report.ipynb #2a170d73
@@ -93,8 +101,11 @@ def evaluate_summary(report:dict) -> str:
     h, c = headline(report), report["config"]
     fmt = lambda r: ("—" if r is None else
                      f"K={r['k']}: τ {r['tau'] or 1:.3f}, {r['tokens_per_forward']:.3f} tokens/forward")
+    s = report.get("sampled") or {}
+    served = (f"; at the served T={s['temperature']}: eagle3 {fmt(s['best'].get('eagle3'))}; ngram "
+              f"{fmt(s['best'].get('ngram'))}; {s['power']['words']}" if s.get("power") else "")
     return (f"evaluate ({c['n_prompts']} held-out prompts, T={c['temperature']}): "
-            f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; {h['words']}; "
+            f"eagle3 {fmt(h['eagle3'])}; ngram {fmt(h['ngram'])}; {h['words']}{served}; "
             + (f"recommended K={h['recommended_k']}" if h["recommended_k"] else
                "no K beats the target alone: serve without speculation"))
 
@@ -112,7 +123,8 @@ def verdict_line(block:dict|None, # a set's `power` block (`report['power']`, `r
 
 # %% ../nbs/12a_report.ipynb #a622be2e
 def render_markdown(blocks:list, base:Path) -> str:
-    "Blocks (`('h1'|'h2'|'p'|'code'|'table'|'img', ...)`) as Markdown; images link relative to `base`."
+    ("Blocks (`('h1'|'h2'|'p'|'code'|'table'|'img', ...)`, and `('details', summary, blocks)` folded) as Markdown; "
+     "images link relative to `base`.")
     out = []
     for b in blocks:
         k = b[0]
@@ -121,6 +133,9 @@ def render_markdown(blocks:list, base:Path) -> str:
         elif k == "code": out.append("```sh\n" + b[1] + "\n```")
         elif k == "table": out.append(md_table(b[1], b[2]))
         elif k == "img": out.append(f"![{b[2]}]({Path(b[1]).relative_to(base).as_posix()})")
+        elif k == "details":
+            out.append(f"<details><summary>{html.escape(b[1])}</summary>\n\n" + render_markdown(b[2], base)
+                       + "\n</details>")
     return "\n\n".join(out) + "\n"
 
 def _inline(t:str) -> str:
@@ -130,8 +145,8 @@ def _inline(t:str) -> str:
     t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", t)
 
-def render_html(blocks:list, title:str) -> str:
-    "The same blocks as one self-contained HTML page (images embedded)."
+def render_html(blocks:list, title:str|None) -> str:
+    "The same blocks as one self-contained HTML page (images embedded); without a title, the body's HTML alone."
     body = []
     for b in blocks:
         k = b[0]
@@ -145,6 +160,9 @@ def render_html(blocks:list, title:str) -> str:
             data = base64.b64encode(Path(b[1]).read_bytes()).decode()
             body.append(f'<figure><img alt="{html.escape(b[2])}" src="data:image/png;base64,{data}">'
                         f'<figcaption>{_inline(b[2])}</figcaption></figure>')
+        elif k == "details":
+            body.append(f"<details><summary>{_inline(b[1])}</summary>{render_html(b[2], None)}</details>")
+    if title is None: return "".join(body)
     css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
            "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}"
            "th{background:#f3f3f3}code,pre{background:#f6f6f6}pre{padding:.6em;overflow-x:auto}img{max-width:100%}"
@@ -175,10 +193,18 @@ def _manifest(run, stage:str) -> dict|None:
     d = Run(run).stage(stage)
     return read_manifest(d) if (d/"manifest.json").exists() else None
 
-def _headline_blocks(rep:dict) -> list:
+def _agree(eq) -> str:
+    "The loop check's `counters_equal` (`{'eagle3 K=3': True, ...}`, or one bool) in words."
+    if not isinstance(eq, dict): return "equal" if eq else "not equal"
+    same, differ = [k for k, v in eq.items() if v], [k for k, v in eq.items() if not v]
+    return "; ".join(([f"equal for {' and '.join(same)}"] if same else [])
+                     + ([f"different for {' and '.join(differ)}"] if differ else [])) or "not compared"
+
+def _headline_blocks(rep:dict, plot:Path|None=None # the curves against K, shown above their table
+                    ) -> list:
     ("The drafter beside n-gram: the verdict in the interval's words, each method at its chosen K with its interval, "
-     "every K, the loop's rows, where each method wins most, the recommended K.")
-    from eagle3nb.power import wins_table
+     "every K (a plot, its table folded under it), the loop's rows, where each method wins most, the recommended K.")
+    from eagle3nb.power import wins_rows
     h, c, p = headline(rep), rep["config"], rep.get("power")
     ts = (rep.get("training_tau_sim") or {}).get("by_k", {})
     sim = lambda r: "" if r["method"] != "eagle3" or str(r["k"]) not in map(str, ts) else \
@@ -194,10 +220,11 @@ def _headline_blocks(rep:dict) -> list:
     at = lambda m, k: next((f"{r['tokens_per_forward']:.3f}" + (f" ({r['expected_speedup']:.2f}×)"
                                                                  if r.get("expected_speedup") else "")
                             for r in by_k.get(m, []) if r["k"] == k), "")
-    curve = [("p", "Tokens per target forward against K (at T=0 replayed exactly from the target's own greedy "
-                   "output; in brackets the speed-up predicted from the measured costs of a verify forward and of "
-                   "drafting):"),
-             ("table", ["K"] + list(by_k), [[k] + [at(m, k) for m in by_k] for k in ks])] if ks else []
+    curve = ([("img", plot, "Against K: τ, tokens per target forward, and the loop's wall-clock speed-up")] if plot
+             else []) + [("details", f"Tokens per target forward at every K ({len(ks)} rows)", [
+                 ("p", "At T=0, replayed exactly from the target's own greedy output; in brackets the speed-up "
+                       "predicted from the measured costs of a verify forward and of drafting."),
+                 ("table", ["K"] + list(by_k), [[k] + [at(m, k) for m in by_k] for k in ks])])] if ks else []
     g = rep.get("ngram_settings") or []
     settings = [("p", "n-gram's lookup settings on the held-out prompts (the best is used): " + "; ".join(
         f"min {s['prompt_lookup_min']}, max {s['prompt_lookup_max']}: {s['tokens_per_forward']:.3f} at K={s['k']}"
@@ -206,11 +233,12 @@ def _headline_blocks(rep:dict) -> list:
                              .get("still_rising") else ""))] if g else []
     lc = rep.get("loop_check")
     loop = [("p", f"The real loop at the configured K on the first {lc['prompts']} held-out prompts, with wall-clock "
-                  f"time; its counters equal the replay's on those prompts: {lc['counters_equal']} (answers equal on "
+                  f"time; its counters against the replay's on those prompts: {_agree(lc['counters_equal'])} "
+                  f"(answers equal on "
                   f"{lc['outputs_equal_replay']} of {lc['prompts']}):")] if lc else \
         [("p", "The real loop at the configured K, with wall-clock time:")]
     wins = [("p", "Where each method wins most (tokens per target forward per prompt, held-out, at the chosen K):"),
-            ("code", wins_table(rep["top_wins"]))] if any((rep.get("top_wins") or {}).values()) else []
+            ("table", *wins_rows(rep["top_wins"]))] if any((rep.get("top_wins") or {}).values()) else []
     return [("h2", "Headline: the drafter beside n-gram on held-out prompts"),
             ("p", f"Draft-and-verify decoding (vLLM's EAGLE-3 loop) on {c['n_prompts']} prompts "
                   f"({c['prompts_name']}) from conversations training never saw, T={c['temperature']}, "
@@ -294,8 +322,10 @@ def _stage_blocks(run:Path, led:dict) -> list:
     return b
 
 # %% ../nbs/12a_report.ipynb #f0218228
-def _plot_blocks(run:Path) -> list:
-    plots = sorted(Run(run).eval_plots.glob("*.png")) + sorted((Run(run).train_plots).glob("*.png"))
+def _plot_blocks(run:Path, shown:tuple=()) -> list:
+    "The evaluation's and training's plots, less those `shown` already."
+    plots = [p for p in sorted(Run(run).eval_plots.glob("*.png")) + sorted(Run(run).train_plots.glob("*.png"))
+             if p not in shown]
     if not plots: return []
     return [("h2", "Plots")] + [("img", p, f"{p.parent.parent.name}: {p.stem.replace('_', ' ')}") for p in plots]
 
@@ -308,6 +338,56 @@ def _serve_blocks(run:Path, target:str, rep:dict|None) -> list:
         layout = "vLLM (speculators layout)" if eng == "vllm" else "SGLang (LlamaForCausalLMEagle3 layout)"
         b += [("p", f"{layout}:"), ("code", cmd)]
     return b
+
+# %% ../nbs/12a_report.ipynb #2dd16102
+def verdict_rows(rep:dict) -> list:
+    ("One row a sampling and set: each method at its K with its interval, the ratio with its interval, the verdict — "
+     "T = 0 and the served sampling side by side.")
+    ci = lambda x, c: f"{x:.3f} [{c[0]:.3f}–{c[1]:.3f}]"
+    s, rows = rep.get("sampled") or {}, []
+    for name, blk in (("T = 0 (greedy)", rep), (f"T = {s.get('temperature')}, top-p {s.get('top_p')}, top-k "
+                                                f"{s.get('top_k')} (served)", s)):
+        for where, p in (("held-out", blk.get("power")), ("sealed", (blk.get("sealed") or {}).get("power"))):
+            if not p: continue
+            t, c = p["tokens_per_forward"], p["ci95"]
+            cells = [f"K={p['k'][m]}: {ci(t[m], c[m])}" for m in ("eagle3", "ngram")]
+            rows.append([name, where, p["n_prompts"], *cells,
+                         ci(p["ratio"], c["ratio"]), p["verdict"]])
+    return rows
+
+def _verdict_blocks(rep:dict) -> list:
+    "Both verdicts in one table, the served sampling's source, and what the held-out figure was chosen among."
+    rows, s, ch = verdict_rows(rep), rep.get("sampled") or {}, rep.get("choices") or {}
+    if not rows: return []
+    chosen = (f" The held-out figures are each method's best among the configurations tried ({ch.get('ngram')} for "
+              f"n-gram: lookup settings × K; {ch.get('eagle3')} for the drafter: K), so they carry that choice; the "
+              "sealed figures, measured once at the held-out choice, do not." if ch else "")
+    src = (f" The served sampling is {s['source']}; each prompt's answer is drawn once with its own recorded seed, and "
+           "every K is replayed over it (an argmax draft is accepted exactly when it equals the sampled token)."
+           if s else " No served sampling was measured (the target names none and none was set).")
+    return [("h2", "The verdict at T = 0 and at the served sampling"),
+            ("table", ["sampling", "set", "prompts", "eagle3", "ngram", "ratio eagle3 ÷ ngram", "verdict"], rows),
+            ("p", "Tokens per target forward, pooled, with 95% intervals from a paired bootstrap over conversations."
+                  + src + chosen)]
+
+# %% ../nbs/12a_report.ipynb #917808b5
+def _kind_blocks(rep:dict) -> list:
+    "Acceptance by the kind of segment the answer was in (reasoning, answer, tool call, scaffolding), both methods."
+    rows = []
+    s = rep.get("sampled") or {}
+    for name, blk in (("T = 0", rep), (f"T = {s.get('temperature')}", s)):
+        for m, kinds in (blk.get("by_kind") or {}).items():
+            for g, r in kinds.items():
+                if not r["positions"]: continue
+                ci = lambda x, c: "—" if x is None else f"{x:.3f}" + (f" [{c[0]:.3f}–{c[1]:.3f}]" if c else "")
+                rows.append([name, m, g, r["positions"], ci(r["accept_rate"], r["accept_rate_ci95"]),
+                             ci(r["tokens_per_forward"], r["tokens_per_forward_ci95"])])
+    if not rows: return []
+    return [("h2", "Acceptance by segment kind"),
+            ("p", "Each output position has the kind of the segment it lies in, read from token ids; the acceptance "
+                  "rate is accepted ÷ drafted tokens there, tokens per forward the tokens emitted by the cycles that "
+                  "began there ÷ those cycles, each method at its chosen K, 95% intervals over conversations:"),
+            ("table", ["sampling", "method", "kind", "positions", "acceptance", "tokens per forward"], rows)]
 
 # %% ../nbs/12a_report.ipynb #4b6d2544
 def _screen_blocks(run:Path, rep:dict) -> list:
@@ -334,9 +414,12 @@ def report_blocks(run) -> list:
     b = [("h1", f"eagle3nb report: {run.name}"),
          ("p", f"Target `{target}`; data {data}; run directory `{run}`. "
                f"Total time of the stages {sum(v['seconds'] for v in led.values()):.0f} s.")]
-    return b + (_headline_blocks(rep) + _sealed_blocks(rep) + _screen_blocks(run, rep) if rep else []) + \
+    k_plot = run.eval_plots/"acceptance_vs_k.png"
+    k_plot = k_plot if rep and k_plot.exists() else None
+    return b + (_headline_blocks(rep, k_plot) + _verdict_blocks(rep) + _sealed_blocks(rep) + _kind_blocks(rep) +
+               _screen_blocks(run, rep) if rep else []) + \
         _vllm_blocks(run) + \
-        _stage_blocks(run, led) + _plot_blocks(run) + _serve_blocks(run, target, rep)
+        _stage_blocks(run, led) + _plot_blocks(run, (k_plot,)) + _serve_blocks(run, target, rep)
 
 def write_report(run) -> tuple:
     "Write `RUN/report.md` and the self-contained `RUN/report.html`; return their paths."

@@ -6,13 +6,14 @@
 from __future__ import annotations
 import json
 from dataclasses import dataclass
-from .core import PromptRecord, first_diff
+from .core import InputError, PromptRecord, first_diff
 from .prompts import render_prompt, normalize_row, Reject
 from .templates import TokenProfile, generation_prompt_of, harmony_role
 
 # %% auto #0
-__all__ = ['Problem', 'is_truncated', 'segment_output', 'loss_mask_from_segments', 'assistant_message', 'next_turn_prompt',
-           'check_record', 'training_row']
+__all__ = ['TOOL_RESULTS', 'KIND_GROUPS', 'Problem', 'is_truncated', 'segment_output', 'loss_mask_from_segments',
+           'assistant_message', 'call_mismatch', 'next_turn', 'next_turn_prompt', 'check_record', 'training_row',
+           'kind_groups', 'accepted_by_kind']
 
 # %% ../nbs/06a_segment.ipynb #9fd2bb4f
 @dataclass
@@ -201,9 +202,14 @@ def loss_mask_from_segments(n_prompt:int, segments:list, n_output:int, mask_reas
 def assistant_message(tok, prof:TokenProfile, output_ids:list, segments:list) -> dict:
     "The assistant message for history rendering, from the output's token segments."
     drop = {i for i in (prof.think_open, prof.think_close) if i is not None}
-    pick = lambda kind: [t for k, s, e in segments if k == kind for t in output_ids[s:e] if t not in drop]
-    msg = {"role": "assistant", "content": tok.decode(pick("answer"))}
-    reasoning = pick("reasoning")
+    first_call = next((s for k, s, _ in segments if k == "tool_call"), None)
+    # the answer before the first call is the content; between and after calls the template writes its own separators
+    answer = [t for k, s, e in segments if k == "answer" and (first_call is None or s < first_call)
+              for t in output_ids[s:e] if t not in drop]
+    content = tok.decode(answer)
+    if first_call is not None and prof.tool_json_body: content = content.rstrip("\n")   # the template's newline
+    msg = {"role": "assistant", "content": content}
+    reasoning = [t for k, s, e in segments if k == "reasoning" for t in output_ids[s:e] if t not in drop]
     if reasoning: msg["reasoning_content"] = tok.decode(reasoning)
     calls = []
     for k, s, e in segments:
@@ -227,29 +233,90 @@ def assistant_message(tok, prof:TokenProfile, output_ids:list, segments:list) ->
     if calls: msg["tool_calls"] = calls
     return msg
 
+# %% ../nbs/06a_segment.ipynb #201c67a6
+def _call_fn(c:dict) -> dict: return c.get("function") or c
+
+def _json_value(a):
+    "Arguments as a value: a JSON string parsed (left as text where it is not JSON)."
+    if not isinstance(a, str): return a
+    try: return json.loads(a)
+    except json.JSONDecodeError: return a
+
+def call_mismatch(regenerated:list, recorded:list) -> tuple|None:
+    "`(reason, detail)` where the regenerated tool calls are not the recorded ones, else None."
+    names = lambda cs: [_call_fn(c).get("name") for c in cs]
+    if recorded and not regenerated:
+        return "no_tool_call", f"the target answered without a tool call; the conversation called {names(recorded)}"
+    if len(regenerated) != len(recorded):
+        return "call_count", f"{len(regenerated)} call(s) regenerated {names(regenerated)}, {len(recorded)} recorded"
+    for i, (a, b) in enumerate(zip(map(_call_fn, regenerated), map(_call_fn, recorded))):
+        if a.get("name") != b.get("name"):
+            return "function_name", f"call {i}: {a.get('name')!r} regenerated, {b.get('name')!r} recorded"
+        x, y = _json_value(a.get("arguments")), _json_value(b.get("arguments"))
+        if x != y: return "arguments", f"call {i} ({a.get('name')}): {json.dumps(x)[:80]} regenerated, " \
+                                       f"{json.dumps(y)[:80]} recorded"
+    return None
+
 # %% ../nbs/06a_segment.ipynb #400bcc50
-def next_turn_prompt(tok, prof:TokenProfile, prompt_rec:dict, gen_rec:dict, segments:list) -> PromptRecord|None:
-    "The prompt record of the next turn of this conversation, or None when the conversation has no further user turn."
+TOOL_RESULTS = ("matching", "recorded", "stop")
+
+def _results_for(follow:list, recorded:list, regenerated:list) -> list:
+    "The recorded tool messages, answering the regenerated calls' ids where the target writes its own (Kimi)."
+    ids = {c.get("id"): r.get("id") for c, r in zip(recorded, regenerated) if c.get("id") and r.get("id")}
+    order = [r.get("id") for r in regenerated]
+    out, n = [], 0
+    for m in follow:
+        if m["role"] == "tool" and len(regenerated) == len(recorded):
+            new = ids.get(m.get("tool_call_id")) or (order[n] if n < len(order) else None)
+            if new: m = {**m, "tool_call_id": new}
+            n += 1
+        out.append(m)
+    return out
+
+# %% ../nbs/06a_segment.ipynb #8823507c
+def next_turn(tok, prof:TokenProfile, prompt_rec:dict, gen_rec:dict, segments:list,
+              tool_results:str="matching", # matching, recorded or stop: what to do with recorded tool results
+             ) -> tuple:
+    "`(PromptRecord or None, outcome)`: the next turn's prompt and what became of the conversation after this turn."
+    if tool_results not in TOOL_RESULTS:
+        raise InputError(f"tool_results = {tool_results!r}: use one of {', '.join(TOOL_RESULTS)}")
+    stop = lambda reason, detail: (None, {"status": "stopped", "reason": reason, "detail": detail})
     src = prompt_rec.get("source") or {}
     row, k = src.get("row"), src.get("assistant_index")
-    if row is None or k is None: return None
+    if row is None or k is None: return None, {"status": "end", "detail": "the prompt has no source conversation"}
     try: conv = normalize_row(row, prompt_rec["id"])
-    except Reject: return None
+    except Reject as e: return stop("source_row", str(e))
     msgs, j, follow = conv.messages, k + 1, []
     while j < len(msgs) and msgs[j]["role"] != "assistant":
         follow.append(msgs[j])
         j += 1
-    if not any(m["role"] == "user" for m in follow): return None
-    if any(k == "tool_call" for k, _, _ in segments) and not (prof.tool_json_body or prof.family == "kimi"):
+    if not any(m["role"] in ("user", "tool") for m in follow): return None, {"status": "end"}
+    if any(s[0] == "tool_call" for s in segments) and not (prof.tool_json_body or prof.family == "kimi"):
         # this family's tool calls are not yet turned back into messages: no history rather than a wrong one
-        return None
+        return stop("unsupported_family", f"{prof.family} tool calls are not turned back into messages")
+    to_tool = any(m["role"] == "tool" for m in follow)
+    if to_tool and tool_results == "stop": return stop("tool_results_stop", 'tool_results = "stop"')
+    msg = assistant_message(tok, prof, gen_rec["output_ids"], segments)
+    regen, recorded = msg.get("tool_calls") or [], (msgs[k].get("tool_calls") or []) if k < len(msgs) else []
+    why = call_mismatch(regen, recorded) if to_tool else None   # a user turn continues as it always did
+    if why and tool_results != "recorded": return stop(*why)
+    after = "user" if any(m["role"] == "user" for m in follow) else "tool"
+    outcome = {"status": "next", "after": after, **({"unmatched": why[0], "detail": why[1]} if why else {})}
     turn = int(prompt_rec.get("turn", 0)) + 1
-    history = list(prompt_rec["messages"]) + [assistant_message(tok, prof, gen_rec["output_ids"], segments)] + follow
+    history = list(prompt_rec["messages"]) + [msg] + (_results_for(follow, recorded, regen) if to_tool else follow)
     thinking = (prompt_rec.get("options") or {}).get("thinking")
     ids = render_prompt(tok, history, prompt_rec.get("tools"), thinking)
     base = conv.id if gen_rec["id"] == prompt_rec["id"] else gen_rec["id"]
-    return PromptRecord(f"{base}-t{turn}", ids, turn, history, prompt_rec.get("tools"),
-                        {**src, "assistant_index": j, "previous": gen_rec["id"]}, dict(prompt_rec.get("options") or {}))
+    nxt = PromptRecord(f"{base}-t{turn}", ids, turn, history, prompt_rec.get("tools"),
+                       {**src, "assistant_index": j, "previous": gen_rec["id"], "after": after,
+                        **({"unmatched": why[0]} if why else {})},
+                       dict(prompt_rec.get("options") or {}), prompt_rec.get("conversation"))
+    return nxt, outcome
+
+def next_turn_prompt(tok, prof:TokenProfile, prompt_rec:dict, gen_rec:dict, segments:list,
+                     tool_results:str="matching") -> PromptRecord|None:
+    "The prompt record of the next turn of this conversation, or None where it ends or stops here."
+    return next_turn(tok, prof, prompt_rec, gen_rec, segments, tool_results)[0]
 
 # %% ../nbs/06a_segment.ipynb #195461a2
 def _finish_problems(fr:dict, out:list) -> list:
@@ -302,3 +369,37 @@ def training_row(prof:TokenProfile, rec:dict, turn:int, fr:dict, segs:list, mask
             "segments": [["prompt", 0, P]] + [[k, P + s, P + e] for k, s, e in segs],
             "loss_mask": loss_mask_from_segments(P, segs, O, *masks), "finish_reason": fr,
             "truncated": is_truncated(prof, rec["output_ids"], fr)}
+
+# %% ../nbs/06a_segment.ipynb #4db3b81d
+KIND_GROUPS = ("reasoning", "answer", "tool_call", "scaffolding")
+
+def kind_groups(segments:list) -> dict:
+    "Each output position's group (`KIND_GROUPS`): text after the first tool call and end markers are scaffolding."
+    first_call = next((s for k, s, _ in segments if k == "tool_call"), None)
+    group_at = {}
+    for k, s, e in segments:
+        if k == "prompt": continue
+        g = k if k in ("reasoning", "tool_call") else "scaffolding"
+        if k == "answer": g = "scaffolding" if first_call is not None and s > first_call else "answer"
+        for t in range(s, e): group_at[t] = g
+    return group_at
+
+def accepted_by_kind(segments:list, # a record's `[kind, start, end)` (a "prompt" segment first), or the output's
+                     accepted:list, # per position from `start`: 1 where the drafter's token was accepted
+                     drafted:list|None=None, # per position: 1 where a token was drafted (None: not tallied)
+                     start:int|None=None, # the position of the flags' first entry (default: the prompt's end)
+                    ) -> dict:
+    "Positions, drafted and accepted tokens by segment kind: reasoning, answer, tool_call, scaffolding."
+    if start is None: start = next((e for k, _, e in segments if k == "prompt"), 0)
+    group_at = kind_groups(segments)
+    out = {g: {"positions": 0, "drafted": 0, "accepted": 0} for g in KIND_GROUPS}
+    if drafted is not None and len(drafted) != len(accepted):
+        raise InputError(f"{len(accepted)} accepted flags but {len(drafted)} drafted flags: one of each per position")
+    for i, a in enumerate(accepted):
+        g = group_at.get(start + i)
+        if g is None: raise InputError(f"flag {i} (position {start + i}) lies in no output segment: flags cover the "
+                                       "output positions from `start`")
+        out[g]["positions"] += 1
+        out[g]["accepted"] += int(bool(a))
+        if drafted is not None: out[g]["drafted"] += int(bool(drafted[i]))
+    return out

@@ -11,6 +11,7 @@ from .core import Run, STAGES, InputError, read_json
 from .prompts import PrepareConfig
 from .generate import GenerateConfig
 from .validate import ValidateConfig
+from .segment import TOOL_RESULTS
 from .context import ContextConfig
 from .capture import CaptureConfig
 from .train import TrainConfig
@@ -174,6 +175,8 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
                          "`eagle3nb capture --print_server_command` prints")
     if not c.evaluate.ks or any(not isinstance(k, int) or k < 1 for k in c.evaluate.ks):
         raise InputError(f"[evaluate] ks = {c.evaluate.ks}: a list of chain lengths ≥ 1, e.g. [1, 2, 3]")
+    if c.generate.tool_results not in TOOL_RESULTS:
+        raise InputError(f"[generate] tool_results = {c.generate.tool_results!r}: use {', '.join(TOOL_RESULTS)}")
     if c.evaluate.draft_sample not in ("greedy", "probabilistic"):
         raise InputError(f"[evaluate] draft_sample = {c.evaluate.draft_sample!r}: use greedy or probabilistic")
     if not 0 < c.data.heldout_share < 1:
@@ -208,8 +211,10 @@ def run_settings(run, section:str) -> tuple:
     return dict(d.get(section) or {}), d.get("target")
 
 def stage_config(cls, run, section:str, given:dict|None=None):
-    "An instance of stage dataclass `cls`: its defaults ← what `run` recorded for `[section]` ← `given` (flags)."
+    ("An instance of stage dataclass `cls`: the main job's defaults (`pipeline_config()`: `MAIN_JOB`, size small) ← "
+     "what `run` recorded for `[section]` ← `given` (flags); so `eagle3nb STAGE` and `eagle3nb run` agree.")
     rec, _ = run_settings(run, section)
+    base = getattr(pipeline_config(), section, None)
     known = {f.name for f in fields(cls)}
-    return config_from_dict({**{k: v for k, v in rec.items() if k in known}, **(given or {})}, cls(),
-                            where=f"{Run(run).settings} [{section}]")
+    return config_from_dict({**{k: v for k, v in rec.items() if k in known}, **(given or {})},
+                            base if isinstance(base, cls) else cls(), where=f"{Run(run).settings} [{section}]")

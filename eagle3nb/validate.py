@@ -13,7 +13,7 @@ from .core import (Run, InputError, JsonlReader, Tally, atomic_write_text, jsonl
                            manifest_config, md_table, stage_dir, write_json, write_manifest)
 from .models import load_tokenizer
 from .templates import TokenProfile, derive_profile, forbidden_table
-from .segment import Problem, check_record, next_turn_prompt, training_row
+from .segment import TOOL_RESULTS, Problem, check_record, next_turn, training_row
 
 # %% auto #0
 __all__ = ['SEGMENT_COLORS', 'report_markdown', 'ValidateConfig', 'validate', 'tokens_html', 'plot_report', 'token_inspector']
@@ -48,12 +48,14 @@ def _find_target(run:Path, ppath:Path|None):
 # %% ../nbs/06b_validate.ipynb #d0ca2129
 class _Validation:
     "One validate run's counters and output writers; `add` files a generation record as accepted or rejected."
-    def __init__(self, tok, prof:TokenProfile, ws:dict, drop_truncated:bool, mask_reasoning:bool, mask_tool_calls:bool):
-        self.tok, self.prof, self.ws = tok, prof, ws
+    def __init__(self, tok, prof:TokenProfile, ws:dict, drop_truncated:bool, mask_reasoning:bool, mask_tool_calls:bool,
+                 tool_results:str="matching"):
+        self.tok, self.prof, self.ws, self.tool_results = tok, prof, ws, tool_results
         self.drop_truncated, self.masks = drop_truncated, (mask_reasoning, mask_tool_calls)
         self.tally, self.by_check, self.finish, self.checked = Tally(), Counter(), Counter(), Counter()
         self.lens = {"accepted": [], "rejected": []}
         self.examples, self.n_next, self.n_trunc_kept, self.n_len_end = defaultdict(list), 0, 0, 0
+        self.next, self.stopped, self.unmatched, self.after_tool = Counter(), Counter(), Counter(), Counter()
     def add(self, rec:dict, prec:dict|None):
         "Check one generation record (`prec`: its prompt record) and write it where it belongs."
         self.tally.read += 1
@@ -62,6 +64,9 @@ class _Validation:
         try: segs, probs, chk = check_record(self.tok, self.prof, rec, prec, self.drop_truncated)
         except Exception as e: segs, probs, chk = [], [Problem("malformed", None, f"{type(e).__name__}: {e}")], {}
         self.checked.update(k for k, v in chk.items() if v)
+        if ((prec or {}).get("source") or {}).get("after") == "tool":   # a turn regenerated after a tool result
+            self.after_tool["read"] += 1
+            self.after_tool["accepted"] += not probs
         if probs: self._reject(rec, fr, segs, probs)
         else: self._accept(rec, prec, fr, segs)
 
@@ -88,23 +93,48 @@ def _accept(self:_Validation, rec:dict, prec:dict|None, fr:dict, segs:list):
     truncated = row["truncated"]
     self.n_trunc_kept += truncated
     self.n_len_end += fr.get("type") == "length" and not truncated   # SGLang's `length` on an end of turn
-    self.ws["records"].write(row)
     self.ws["specforge"].write({"input_ids": row["input_ids"], "loss_mask": row["loss_mask"]})
     self.tally.accepted += 1
     self.lens["accepted"].append(len(rec["output_ids"]))
-    if prec is not None and not truncated and not self.prof.harmony:
-        nxt = next_turn_prompt(self.tok, self.prof, prec, rec, segs)
-        if nxt is not None:
-            self.ws["next_prompts"].write(nxt.to_dict())
-            self.n_next += 1
+    nxt, row["next_turn"] = self._next_turn(rec, prec, segs, truncated)
+    self.ws["records"].write(row)
+    if nxt is not None:
+        self.ws["next_prompts"].write(nxt.to_dict())
+        self.n_next += 1
+
+# %% ../nbs/06b_validate.ipynb #7474ef12
+@patch
+def _next_turn(self:_Validation, rec:dict, prec:dict|None, segs:list, truncated:bool) -> tuple:
+    "`(next prompt or None, outcome)` of an accepted record, every outcome counted: next, end, or stopped by reason."
+    if prec is None: nxt, out = None, {"status": "stopped", "reason": "no_prompt_record", "detail": "no prompt record"}
+    elif truncated: nxt, out = None, {"status": "stopped", "reason": "truncated", "detail": "the turn never ended"}
+    elif self.prof.harmony:
+        nxt, out = None, {"status": "stopped", "reason": "harmony", "detail": "gpt-oss histories are not rebuilt"}
+    else: nxt, out = next_turn(self.tok, self.prof, prec, rec, segs, self.tool_results)
+    if out["status"] == "next": self.next[out["after"]] += 1
+    elif out["status"] == "end": self.next["end"] += 1
+    else: self.stopped[out["reason"]] += 1
+    if out.get("unmatched"): self.unmatched[out["unmatched"]] += 1
+    return nxt, out
 
 # %% ../nbs/06b_validate.ipynb #9425f324
+@patch
+def chain(self:_Validation) -> dict:
+    "What became of each accepted record's conversation: next turns by what they followed, ends, stops by reason."
+    n = sum(self.next.values()) + sum(self.stopped.values())
+    if n != self.tally.accepted:
+        raise RuntimeError(f"{n} next-turn outcomes for {self.tally.accepted} accepted records")
+    return {"tool_results": self.tool_results, "after_user": self.next["user"], "after_tool": self.next["tool"],
+            "ended": self.next["end"], "stopped": dict(sorted(self.stopped.items())),
+            "regenerated_after_tool": {"read": self.after_tool["read"], "accepted": self.after_tool["accepted"]},
+            "recorded_unmatched": dict(sorted(self.unmatched.items()))}
+
 @patch
 def counts(self:_Validation) -> dict:
     "The manifest's counts."
     return {**self.tally.as_dict(), "failed_checks": dict(sorted(self.by_check.items())),
             "next_turn_prompts": self.n_next, "truncated_kept": self.n_trunc_kept,
-            "length_at_end_of_turn": self.n_len_end}
+            "length_at_end_of_turn": self.n_len_end, "chain": self.chain()}
 
 # %% ../nbs/06b_validate.ipynb #9ba0eb1d
 def _hist(xs, edges=(0, 16, 64, 256, 1024, 4096, 16384, 65536)) -> dict:
@@ -123,6 +153,7 @@ def report(self:_Validation) -> dict:
             "counts": self.tally.as_dict(), "failed_checks": dict(sorted(self.by_check.items())),
             "finish_reasons": dict(self.finish), "checked": dict(self.checked), "truncated_kept": self.n_trunc_kept,
             "length_at_end_of_turn": self.n_len_end, "next_turn_prompts": self.n_next,
+            "chain": self.chain(),
             "output_length": {k: _hist(v) for k, v in self.lens.items()}, "examples": dict(self.examples)}
 
 # %% ../nbs/06b_validate.ipynb #33900a12
@@ -141,6 +172,17 @@ def report_markdown(r:dict) -> str:
          md_table(["output length", "accepted", "rejected"],
                   [[b, n, r["output_length"]["rejected"]["buckets"][b]]
                    for b, n in r["output_length"]["accepted"]["buckets"].items()])]
+    ch = r.get("chain")
+    if ch:
+        rows = [["next turn after a user turn", ch["after_user"]], ["next turn after tool results", ch["after_tool"]],
+                ["conversation ended", ch["ended"]]] + [[f"stopped: `{k}`", v] for k, v in ch["stopped"].items()]
+        rt = ch["regenerated_after_tool"]
+        L += ["", f"## Conversations (tool results: {ch['tool_results']})", "",
+              f"turns regenerated after a tool result: {rt['read']} read, {rt['accepted']} accepted", "",
+              md_table(["what followed each accepted record", "records"], rows)]
+        if ch["recorded_unmatched"]:
+            L += ["", "recorded tool results reused after calls that differed: "
+                  + ", ".join(f"`{k}` {v}" for k, v in ch["recorded_unmatched"].items())]
     for check, exs in r["examples"].items():
         L += ["", f"## `{check}`", ""]
         for e in exs:
@@ -168,10 +210,13 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
              mask_reasoning:bool=False, mask_tool_calls:bool=False, # exclude these segments from the loss
              generations=None, # read generation records from here instead of run/generate/generations.jsonl
              prompts=None, # prompt records (default: the generate manifest's `prompts`, else run/prompts/prompts.jsonl)
+             tool_results:str="matching", # [generate] tool_results: matching, recorded or stop
              progress:bool=True) -> dict:
     "Check, segment and mask a run's generations; write records, rejects, report, SpecForge rows, next-turn prompts."
     from tqdm.auto import tqdm
     t0, run = time.time(), Run(run)
+    if tool_results not in TOOL_RESULTS:
+        raise InputError(f"[generate] tool_results = {tool_results!r}: use one of {', '.join(TOOL_RESULTS)}")
     gpath = Path(generations) if generations else run.generations
     if not gpath.exists(): raise InputError(f"{gpath}: no generation records; run `eagle3nb generate` first")
     # a turn-1 run has no prompts/ of its own: its generate manifest names them
@@ -183,7 +228,7 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
     out = stage_dir(run, "validate")
     names = ["records", "rejected", "specforge", "next_prompts"]
     with jsonl_writers_atomic({k: out/f"{k}.jsonl" for k in names}) as ws:
-        v = _Validation(tok, prof, ws, drop_truncated, mask_reasoning, mask_tool_calls)
+        v = _Validation(tok, prof, ws, drop_truncated, mask_reasoning, mask_tool_calls, tool_results)
         for _, rec in tqdm(JsonlReader(gpath), desc="validate", unit="rec", disable=not progress):
             v.add(rec, prompts.get(rec.get("prompt_id")))
         v.tally.check()   # before the files are renamed into place
@@ -193,7 +238,7 @@ def validate(run, # the run directory (reads generate/ and prompts/, writes vali
     return write_manifest(out, "validate",
         config={"generations": str(gpath), "prompts": str(ppath) if ppath else None, "target": str(target),
                 "family": prof.family, "drop_truncated": drop_truncated,
-                "mask_reasoning": mask_reasoning, "mask_tool_calls": mask_tool_calls},
+                "mask_reasoning": mask_reasoning, "mask_tool_calls": mask_tool_calls, "tool_results": tool_results},
         counts=v.counts(), timings={"seconds": round(time.time() - t0, 3)})
 
 # %% ../nbs/06b_validate.ipynb #c0236216

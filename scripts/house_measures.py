@@ -3,8 +3,8 @@
 
 Usage (from the project root):  python3 scripts/house_measures.py [--list] [--check]
 
-The team's measure (a copy of the shared tool, so that the project never reads ../shared at run time); `scripts/test.sh`
-prints it. `--check` exits 1 when a target of the house is missed: at least 60% of export cells followed by a lesson,
+The team's measure (a copy of the team's tool, kept in the repository so that it runs from a clone alone);
+`scripts/test.sh` prints it. `--check` exits 1 when a target of the house is missed: at least 60% of export cells followed by a lesson,
 at most 20% of public names never shown, no run of more than 4 export cells without a lesson, no markdown cell over
 200 words in a stage notebook.
 

@@ -16,16 +16,20 @@ def _text(o:dict) -> str:
     if o["output_type"] == "stream": return "".join(o["text"])
     return "".join(o.get("data", {}).get("text/plain", ""))
 
+def _markdown(o:dict) -> str: return "".join(o.get("data", {}).get("text/markdown", ""))
+
 def render(nb_path=ROOT/"nbs"/"index.ipynb") -> str:
-    "The README text of the index notebook: its markdown, its visible code cells and their text outputs."
+    ("The README text of the index notebook: its markdown, its visible code cells and their outputs (Markdown "
+     "outputs as Markdown, others as text); a cell marked `#| echo: false` shows its output alone.")
     out = []
     for c in json.loads(Path(nb_path).read_text())["cells"]:
         src = "".join(c["source"])
         if c["cell_type"] == "markdown": out.append(_links(src))
         elif c["cell_type"] == "code" and not src.lstrip().startswith("#| hide"):
-            out.append("```python\n" + src + "\n```")
-            text = "".join(_text(o) for o in c.get("outputs", [])).rstrip("\n")
-            if text: out.append("```\n" + text + "\n```")
+            if "#| echo: false" not in src: out.append("```python\n" + src + "\n```")
+            outs = c.get("outputs", [])
+            if any(_markdown(o) for o in outs): out.append(_links("".join(_markdown(o) for o in outs).strip("\n")))
+            elif text := "".join(_text(o) for o in outs).rstrip("\n"): out.append("```\n" + text + "\n```")
     return "\n\n".join(out) + "\n"
 
 if __name__ == "__main__":

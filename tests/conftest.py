@@ -3,22 +3,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent/"shared"
+TOKENIZERS = ROOT/"tests"/"data"/"tokenizers"   # real Qwen3 and Kimi-K2.5 files (SOURCES.md there)
 BIN = Path(sys.executable).parent   # the venv's bin: console scripts live beside python
 
 @pytest.fixture(scope="session")
-def shared_tokenizers():
-    d = SHARED/"tokenizers"
-    assert d.is_dir(), f"{d} is missing: tests need ../shared/tokenizers beside the project"
-    return d
+def tokenizer_files():
+    "The real tokenizer files the tests read, kept in the repository (`tests/data/tokenizers`, checksummed)."
+    assert TOKENIZERS.is_dir(), f"{TOKENIZERS} is missing: it is part of the repository (git checkout it)"
+    return TOKENIZERS
 
 @pytest.fixture(scope="session")
-def kimi_dir(shared_tokenizers, tmp_path_factory):
+def kimi_dir(tokenizer_files, tmp_path_factory):
     "A model-like folder holding Kimi K2.5's real tokenizer files (no tokenizer.json, no remote code)."
     import shutil
     d = tmp_path_factory.mktemp("kimi-k2")
     for f in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
+        shutil.copy(tokenizer_files/"kimi-k2"/f, d/f)
     return d
 
 @pytest.fixture(scope="session")

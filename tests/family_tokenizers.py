@@ -1,4 +1,4 @@
-"""Small, offline tokenizers for model families whose real tokenizer files are not in `../shared/tokenizers`.
+"""Small, offline tokenizers for model families whose real tokenizer files are not in `tests/data/tokenizers`.
 
 Stage 2 checks generated token sequences by special-token ids (reasoning, tool calls, end of turn). Code
 under test derives those ids by looking token *strings* up (`tok.convert_tokens_to_ids("<｜end▁of▁sentence｜>")`)

@@ -144,7 +144,7 @@ class FaultServer:
                     writer.transport.abort()
                     return                                     # no status line, no bytes: the socket just goes
                 except _Hang as h:
-                    await asyncio.sleep(self.hang_s)          # the client gives up first and closes its end
+                    await self._hang()                        # the client gives up first and closes its end
                     status, payload = h.args
             finally:
                 with self._lock: self.inflight.difference_update(rids)
@@ -155,6 +155,10 @@ class FaultServer:
                      "Connection: close\r\n\r\n".encode("latin-1") + data)
         await writer.drain()
         writer.close()
+
+    async def _hang(self):
+        "How a hung answer waits: `hang_s` seconds (a subclass may wait for an event instead)."
+        await asyncio.sleep(self.hang_s)
 
     def _route(self, method, path, body):
         if method == "GET" and path in ("/health", "/health_generate"): return 200, {}

@@ -23,3 +23,15 @@ def test_readme_two_commands_are_make_targets():
 def test_readme_links_resolve():
     for target in re.findall(r"\]\((nbs/[^)#]+)\)",
                              (ROOT/"README.md").read_text()): assert (ROOT/target).exists(), target
+
+def test_readme_result_table_is_what_the_result_files_say(monkeypatch):
+    "The front page's table, computed again from `nbs/results/`, equals the one the notebook (and README) show."
+    import json
+    cells = json.loads((ROOT/"nbs/index.ipynb").read_text())["cells"]
+    c = next(c for c in cells if "#| echo: false" in "".join(c["source"]) and "results/" in "".join(c["source"]))
+    monkeypatch.chdir(ROOT/"nbs")
+    ns = {}
+    exec("".join(c["source"]), ns)
+    shown = "".join(o["data"]["text/markdown"] for o in c["outputs"] if "text/markdown" in o.get("data", {}))
+    assert ns["table"] == shown, "the table is stale: run nbs/index.ipynb's table cell, then scripts/readme.py"
+    assert shown in (ROOT/"README.md").read_text()

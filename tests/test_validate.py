@@ -1,4 +1,4 @@
-"Token-boundary validation on the real Qwen3 and Kimi-K2.5 tokenizers (../shared/tokenizers)."
+"Token-boundary validation on the real Qwen3 and Kimi-K2.5 tokenizers (tests/data/tokenizers)."
 import json, shutil
 from pathlib import Path
 import pytest
@@ -10,7 +10,7 @@ from eagle3nb.segment import segment_output, next_turn_prompt, check_record
 from eagle3nb.validate import validate
 
 @pytest.fixture(scope="module")
-def qwen(shared_tokenizers): return shared_tokenizers/"qwen3"
+def qwen(tokenizer_files): return tokenizer_files/"qwen3"
 
 def test_kimi_profile_from_the_tokenizer(kimi):
     tok, p = kimi, derive_profile(kimi)
@@ -125,7 +125,8 @@ def test_qwen3_tool_call_history(qwen, tmp_path):
     out = ([151667] + e("\nUse the tool.\n") + [151668] + e("\n\n") + [151657]
            + e('\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n') + [151658, 151645])
     msgs = [{"role": "user", "content": "Weather?"}]
-    row = {"id": "w", "messages": msgs + [{"role": "assistant", "content": "x"},
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    row = {"id": "w", "messages": msgs + [{"role": "assistant", "content": "", "tool_calls": [call]},   # as regenerated
                                           {"role": "tool", "content": "{\"temp\": 21}"},
                                            {"role": "user", "content": "Thanks, and tomorrow?"}]}
     prec = {"id": "w-t0", "turn": 0, "messages": msgs, "tools": None, "options": {"thinking": True},
@@ -192,13 +193,13 @@ def test_qwen3_thinking_2507_style_prompt_preopens_reasoning(qwen, tmp_path):
     assert probs == [] and [s[0] for s in segs] == ["reasoning", "answer", "end"]
     assert sorted({x.check for x in segment_output(p, P, [151667] + out, {"type": "stop"}, tok)[1]}) == ["reasoning"]
 
-def test_kimi_k2_thinking_template_model_opens_reasoning(shared_tokenizers, tmp_path):
+def test_kimi_k2_thinking_template_model_opens_reasoning(tokenizer_files, tmp_path):
     ("Kimi K2-Thinking's template ends the prompt at <|im_middle|>: the model writes <think> itself, "
      "and must close it once.")
     d = tmp_path/"k2t"
     d.mkdir()
-    for f in ("tiktoken.model", "tokenizer_config.json"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
-    shutil.copy(shared_tokenizers/"kimi-k2"/"chat_template.k2-thinking.llamacpp.jinja", d/"chat_template.jinja")
+    for f in ("tiktoken.model", "tokenizer_config.json"): shutil.copy(tokenizer_files/"kimi-k2"/f, d/f)
+    shutil.copy(tokenizer_files/"kimi-k2"/"chat_template.k2-thinking.llamacpp.jinja", d/"chat_template.jinja")
     tok = load_tokenizer(d)
     p = derive_profile(tok)
     P = render_prompt(tok, [{"role": "user", "content": "2+2?"}])

@@ -4,7 +4,7 @@
    types `<think>` or `</think>` near the end of their turn changes nothing.
 2. An output must not hold a marker that only the other side writes (user, tool result, system message, turn
    headers); the set is read off the chat template, and the reject names why (`turn_start`, `tool_output`, `system`).
-Real Qwen3 and Kimi-K2.5 tokenizers (../shared/tokenizers); DeepSeek, gpt-oss and Llama-3 through tests/family_tokenizers.
+Real Qwen3 and Kimi-K2.5 tokenizers (tests/data/tokenizers); DeepSeek, gpt-oss and Llama-3 through tests/family_tokenizers.
 """  # noqa: E501
 import json, shutil
 import pytest
@@ -42,7 +42,7 @@ def _assert_markers_change_nothing(tok, p, outs, thinking=None):
 # --- 1. the reasoning state comes from the generation prompt alone ------------------------------------------------
 
 @pytest.fixture(scope="module")
-def qwen(shared_tokenizers): return load_tokenizer(shared_tokenizers/"qwen3")
+def qwen(tokenizer_files): return load_tokenizer(tokenizer_files/"qwen3")
 
 @pytest.mark.parametrize("thinking", [None, True, False])
 def test_qwen3_user_reasoning_markers_change_nothing(qwen, thinking):
@@ -55,10 +55,10 @@ def test_qwen3_user_reasoning_markers_change_nothing(qwen, thinking):
     assert _verdict(tok, p, MARKED[0], outs[ok], thinking) == (_verdict(tok, p, CLEAN, outs[ok], thinking)[0], [])
     assert _verdict(tok, p, MARKED[0], outs[ok], thinking)[0][0][0] == ("answer" if ok == "plain" else "reasoning")
 
-def _kimi_with(shared_tokenizers, d, template):
+def _kimi_with(tokenizer_files, d, template):
     d.mkdir()
-    for f in ("tiktoken.model", "tokenizer_config.json"): shutil.copy(shared_tokenizers/"kimi-k2"/f, d/f)
-    shutil.copy(shared_tokenizers/"kimi-k2"/template, d/"chat_template.jinja")
+    for f in ("tiktoken.model", "tokenizer_config.json"): shutil.copy(tokenizer_files/"kimi-k2"/f, d/f)
+    shutil.copy(tokenizer_files/"kimi-k2"/template, d/"chat_template.jinja")
     return load_tokenizer(d)
 
 @pytest.mark.parametrize("template,accepted", [
@@ -66,8 +66,8 @@ def _kimi_with(shared_tokenizers, d, template):
     # K2-Thinking, K2-Instruct: the prompt ends at <|im_middle|>, <think> is the model's
     ("chat_template.k2-thinking.llamacpp.jinja", {"opened", "plain"}),
     ("chat_template.k2-instruct.llamacpp.jinja", {"opened", "plain"})])
-def test_kimi_user_reasoning_markers_change_nothing(shared_tokenizers, tmp_path, template, accepted):
-    tok = _kimi_with(shared_tokenizers, tmp_path/"k", template)
+def test_kimi_user_reasoning_markers_change_nothing(tokenizer_files, tmp_path, template, accepted):
+    tok = _kimi_with(tokenizer_files, tmp_path/"k", template)
     p = derive_profile(tok)
     e = tok.encode
     outs = {"pre_opened": e("Add.") + [163607] + e("Yes.") + [163586],
