@@ -133,8 +133,11 @@ def check_flags(cmd:str, argv:list):
 def _settings(cls, run, section:str, given:dict):
     "The stage's settings: defaults ← what the main job recorded in `run` ← `given`; says where they came from."
     from eagle3nb.settings import run_settings, stage_config
+    from eagle3nb.settings import main_job_differs
     if run_settings(run, section)[0]: print(f"settings: [{section}] of {Run(run).settings}, then the flags")
-    else: print(f"settings: the main job's [{section}] (`eagle3nb run`, size small), then the flags")
+    elif d := main_job_differs(cls, section):
+        print(f"settings: {cls.__name__}'s own defaults, then the flags; the main job (`eagle3nb run`) takes "
+              + ", ".join(f"{k}={m!r} (here {o!r})" for k, (o, m) in d.items()))
     return stage_config(cls, run, section, given)
 
 def _target(run, target):

@@ -13,8 +13,9 @@ from .core import Run, InputError, JsonlReader, manifest_config, read_manifest
 from .prompts import conversation_of
 
 # %% auto #0
-__all__ = ['heldout_side', 'split_prompts', 'TrainedOn', 'trained_on', 'check_heldout', 'check_drafter_heldout', 'prompt_records',
-           'sealed_prompts', 'token_ngrams', 'NearDuplicates', 'screen_near_duplicates', 'screen_drafter_heldout']
+__all__ = ['NEAR_THRESHOLD', 'heldout_side', 'split_prompts', 'TrainedOn', 'trained_on', 'check_heldout', 'check_drafter_heldout',
+           'prompt_records', 'sealed_prompts', 'token_ngrams', 'template_pieces', 'content_ids', 'NearDuplicates',
+           'screen_near_duplicates', 'drafter_pieces', 'screen_drafter_heldout', 'screen_sets']
 
 # %% ../nbs/02a_heldout.ipynb #3578b7a0
 def heldout_side(conversation:str, share:float) -> bool:
@@ -178,6 +179,39 @@ def token_ngrams(ids:list, # a prompt's token ids
     if len(ids) < n: return {ids}
     return {ids[i:i + n] for i in range(len(ids) - n + 1)}
 
+# %% ../nbs/02a_heldout.ipynb #a1c0f002
+def template_pieces(tokenizer) -> list:
+    "The chat template's scaffolding as token-id tuples: what it renders around placeholder messages, longest first."
+    marks = ("QQPLACEHOLDERA", "QQPLACEHOLDERB")
+    shapes = ([{"role": "user", "content": marks[0]}],
+              [{"role": "system", "content": marks[1]}, {"role": "user", "content": marks[0]}])
+    special, pieces = set(getattr(tokenizer, "all_special_ids", None) or ()), set()
+    for msgs in shapes:
+        for kw in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
+            try: text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False, **kw)
+            except Exception: continue   # a template that refuses this shape: the others still give its pieces
+            for m in marks: text = text.replace(m, "\0")
+            for t in text.split("\0"):
+                ids = tuple(tokenizer.encode(t, add_special_tokens=False)) if t else ()
+                if len(ids) > 1 or (ids and ids[0] in special): pieces.add(ids)
+    return sorted(pieces, key=lambda p: (-len(p), p))
+
+# %% ../nbs/02a_heldout.ipynb #a1c0f003
+def content_ids(ids:list, # a prompt's token ids
+                pieces:list, # `template_pieces(tokenizer)`
+               ) -> list:
+    "`ids` with every occurrence of a template piece taken out: the messages' own tokens, in order."
+    a = np.asarray(ids, dtype=np.int64)
+    keep = np.ones(len(a), dtype=bool)
+    for p in pieces:
+        L = len(p)
+        if L > len(a): continue
+        at = np.nonzero(a[:len(a) - L + 1] == p[0])[0]
+        for j in range(1, L): at = at[a[at + j] == p[j]]
+        for s in at:
+            if keep[s:s + L].all(): keep[s:s + L] = False   # longest first; an occurrence overlapping one taken stays
+    return a[keep].tolist()
+
 # %% ../nbs/02a_heldout.ipynb #443bf390
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -193,41 +227,48 @@ def _gram_hashes(ids:list, n:int) -> np.ndarray:
     return np.unique(h)
 
 # %% ../nbs/02a_heldout.ipynb #6442c00c
+NEAR_THRESHOLD = 0.5   # containment above this is a near copy (calibrated on ShareGPT: explanations/near_duplicates)
+
 class NearDuplicates:
-    "Reference prompts indexed by token n-gram, to find the one a candidate overlaps most (by Jaccard)."
+    "Reference prompts indexed by content n-gram, to find the one a candidate overlaps most (by containment)."
     def __init__(self, reference:list, # reference prompts as lists of token ids (training prompts, context records)
                  n:int=8, # gram length in tokens
-                 threshold:float=0.5, # a candidate whose Jaccard with one reference exceeds this is dropped
+                 threshold:float=NEAR_THRESHOLD, # a candidate whose containment with one reference exceeds this
+                 pieces:list=(), # `template_pieces(tokenizer)`: the scaffolding left out (none: all ids compared)
                 ):
-        self.n, self.threshold = n, threshold
-        grams = [_gram_hashes(ids, n) for ids in reference]
+        self.n, self.threshold, self.pieces = n, threshold, list(pieces)
+        grams = [self.grams(ids) for ids in reference]
         self.sizes = np.array([len(g) for g in grams], dtype=np.int64)
         keys = np.concatenate(grams) if grams else np.zeros(0, dtype=np.uint64)
         order = np.argsort(keys, kind="stable")
         self.keys = keys[order]   # the index: each reference gram, sorted ...
         self.refs = np.repeat(np.arange(len(grams)), self.sizes)[order]   # ... beside the reference that holds it
 
-    def jaccard(self, ids:list) -> tuple:
-        "`(highest Jaccard of the prompt's n-grams with one reference's, that reference's index or None)`."
-        g = _gram_hashes(ids, self.n)
+    def grams(self, ids:list) -> np.ndarray:
+        "The hashes of a prompt's content `n`-grams (its ids less the template's pieces)."
+        return _gram_hashes(content_ids(ids, self.pieces) if self.pieces else ids, self.n)
+
+    def overlap(self, ids:list) -> tuple:
+        "`(highest containment of the prompt's content n-grams with one reference's, that reference or None)`."
+        g = self.grams(ids)
         lo, hi = np.searchsorted(self.keys, g, "left"), np.searchsorted(self.keys, g, "right")
         hit = [self.refs[a:b] for a, b in zip(lo, hi) if b > a]
         if not hit: return 0.0, None
         shared = np.bincount(np.concatenate(hit), minlength=len(self.sizes))
-        j = shared / (len(g) + self.sizes - shared)
-        best = int(j.argmax())   # ties: the first reference
-        return float(j[best]), best
+        c = shared / np.minimum(len(g), self.sizes)   # the share of the shorter one's grams found in the other
+        best = int(c.argmax())   # ties: the first reference
+        return float(c[best]), best
 
 # %% ../nbs/02a_heldout.ipynb #84f5908e
 @patch
 def screen(self:NearDuplicates, prompts:list, # prompt records (`id`, `prompt_ids`, maybe `conversation`)
           ) -> tuple:
-    "`(kept, dropped)`: a prompt whose Jaccard with one reference exceeds the threshold is dropped, and named."
+    "`(kept, dropped)`: a prompt whose containment with one reference exceeds the threshold is dropped, and named."
     kept, dropped = [], []
     for p in prompts:
-        j, ref = self.jaccard(p["prompt_ids"])
-        if j > self.threshold:
-            dropped.append({"id": p["id"], "conversation": conversation_of(p), "jaccard": round(j, 4),
+        c, ref = self.overlap(p["prompt_ids"])
+        if c > self.threshold:
+            dropped.append({"id": p["id"], "conversation": conversation_of(p), "containment": round(c, 4),
                             "reference": ref})
         else: kept.append(p)
     return kept, dropped
@@ -236,15 +277,26 @@ def screen(self:NearDuplicates, prompts:list, # prompt records (`id`, `prompt_id
 def screen_near_duplicates(prompts:list, # prompt records (`id`, `prompt_ids`, maybe `conversation`)
                            reference:list, # reference prompts as lists of token ids
                            n:int=8, # gram length in tokens
-                           threshold:float=0.5, # drop a prompt whose Jaccard with one reference exceeds this
+                           threshold:float=NEAR_THRESHOLD, # drop a prompt whose containment with one exceeds this
+                           pieces:list=(), # `template_pieces(tokenizer)`: the scaffolding left out
                           ) -> tuple:
     "`(kept, dropped)` of `prompts` screened against `reference` (`NearDuplicates.screen`)."
-    return NearDuplicates(reference, n, threshold).screen(prompts)
+    return NearDuplicates(reference, n, threshold, pieces).screen(prompts)
 
 # %% ../nbs/02a_heldout.ipynb #fa246ad1
+def drafter_pieces(drafter_dir) -> list:
+    "`template_pieces` of the tokenizer of the target a drafter names in its config.json; [] where there is none."
+    from eagle3nb.core import read_json
+    from eagle3nb.models import load_tokenizer
+    cfg = Path(drafter_dir)/"config.json"
+    target = (read_json(cfg).get("eagle3nb_drafter") or {}).get("target") if cfg.exists() else None
+    try: return template_pieces(load_tokenizer(target)) if target else []
+    except InputError: return []
+
 def screen_drafter_heldout(prompts:list, # prompt records about to be measured
                            drafter_dir, where:str="held-out prompts",
-                           n:int=8, threshold:float=0.5, # the near-duplicate rule: `n`-gram Jaccard above `threshold`
+                           n:int=8, threshold:float=NEAR_THRESHOLD, # the rule: content `n`-gram containment above it
+                           pieces:list|None=None, # the scaffolding left out (None: `drafter_pieces(drafter_dir)`)
                           ) -> tuple:
     "`(kept, dropped, said)`: `check_drafter_heldout`, then near duplicates of what the drafter trained on dropped."
     tdir = Path(drafter_dir).parent
@@ -252,7 +304,31 @@ def screen_drafter_heldout(prompts:list, # prompt records about to be measured
         return prompts, [], f"not checked: no training manifest beside {drafter_dir} says what it was trained on"
     t = trained_on(tdir)
     check_heldout(prompts, t, where)
-    kept, dropped = screen_near_duplicates(prompts, [list(p) for p in t.prompts], n, threshold)
+    pieces = drafter_pieces(drafter_dir) if pieces is None else pieces
+    kept, dropped = screen_near_duplicates(prompts, [list(p) for p in t.prompts], n, threshold, pieces)
     return kept, dropped, (f"disjoint by prompt ids and conversation from the {len(t.records)} records of "
                            f"{t.source}; {len(dropped)} of {len(prompts)} dropped as near duplicates of a training "
-                           f"prompt ({n}-gram Jaccard > {threshold})")
+                           f"prompt (more than {threshold} of the shorter one's content {n}-grams in the other)")
+
+# %% ../nbs/02a_heldout.ipynb #a1c0f007
+def screen_sets(sets:dict, # `{name: prompt records}`, e.g. training, tuning, heldout, sealed
+                pieces:list=(), # `template_pieces(tokenizer)`: the scaffolding left out
+                n:int=8, threshold:float=NEAR_THRESHOLD, # the near-duplicate rule
+               ) -> dict:
+    "Per ordered pair of sets `(A, B)`: how many of A's prompts nearly copy, equal or share a conversation with B's."
+    ids = {k: [tuple(p["prompt_ids"]) for p in v] for k, v in sets.items()}
+    convs = {k: [conversation_of(p) for p in v] for k, v in sets.items()}
+    index = {k: NearDuplicates([list(i) for i in v], n, threshold, pieces) for k, v in ids.items()}
+    counts = {}
+    for a in sets:
+        for b in sets:
+            if a == b: continue
+            by_ids = {}
+            for i, c in zip(ids[b], convs[b]): by_ids.setdefault(i, set()).add(c)
+            cb = set(convs[b])
+            counts.setdefault(a, {})[b] = {
+                "near": sum(index[b].overlap(list(i))[0] > threshold for i in ids[a]) if ids[b] else 0,
+                "identical_ids": sum(bool(by_ids.get(i, set()) - {c}) for i, c in zip(ids[a], convs[a])),
+                "same_conversation": sum(c in cb for c in convs[a])}
+    return {"rule": f"more than {threshold} of the shorter prompt's content {n}-grams in the other",
+            "sizes": {k: len(v) for k, v in sets.items()}, "counts": counts}

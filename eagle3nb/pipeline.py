@@ -80,11 +80,12 @@ def draw_prompts(cands:list, # candidate prompt records, in data order
                  reference:list, # prompt ids they may not nearly copy (the training side)
                  max_tokens:int|None=None, # the longest prompt kept
                  last:bool=False, # keep the last `n` (the far end of the data) instead of the first
+                 pieces:list=(), # the chat template's scaffolding, left out (`heldout.template_pieces`)
                 ) -> tuple:
     "`(prompts, what was passed over)`: the first (or last) `n` candidates that fit and nearly copy no reference."
     from eagle3nb.heldout import NearDuplicates
     fit = [p for p in cands if not max_tokens or len(p["prompt_ids"]) <= max_tokens]
-    nd, kept, dropped = NearDuplicates(reference), [], []
+    nd, kept, dropped = NearDuplicates(reference, pieces=pieces), [], []
     for p in (fit[::-1] if last else fit):
         if n is not None and len(kept) == n: break
         k, d = nd.screen([p])
@@ -109,8 +110,10 @@ def _prompt_split(run:Path, c:PipelineConfig) -> tuple:
         held, ids, convs = own, {tuple(p["prompt_ids"]) for p in own}, {conversation_of(p) for p in own}
         rest = [p for p in rest if tuple(p["prompt_ids"]) not in ids and conversation_of(p) not in convs]
     else:
+        from eagle3nb.heldout import template_pieces
+        from eagle3nb.models import load_target
         held, info = draw_prompts(held, c.evaluate.n_prompts, _training_side(prompts, c.data.heldout_share),
-                                  c.generate.max_prompt_tokens)
+                                  c.generate.max_prompt_tokens, pieces=template_pieces(load_target(c.target).tokenizer))
         _screen_note(run, "heldout", info)
     return gen, held, rest
 
@@ -131,24 +134,26 @@ def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (d
      "them, `RUN/tuning_prompts.jsonl` (`[evaluate] tuning_n_prompts`); the sealed file, None when 0.")
     e = c.evaluate
     if not e.sealed_n_prompts or e.temperature: return None
-    from eagle3nb.heldout import sealed_prompts
+    from eagle3nb.heldout import sealed_prompts, template_pieces
     from eagle3nb.models import load_target
     from eagle3nb.prompts import conversation_of
     run, tgt, n, t = Path(run), load_target(c.target), e.sealed_n_prompts, e.tuning_n_prompts
-    held = {conversation_of(o) for _, o in JsonlReader(held or heldout_prompts(run, c))}
+    held_recs = [o for _, o in JsonlReader(held or heldout_prompts(run, c))]
+    held, held_ids = {conversation_of(o) for o in held_recs}, [o["prompt_ids"] for o in held_recs]
     limit = c.generate.max_prompt_tokens or c.data.max_prompt_tokens or tgt.context_length
     cands = sealed_prompts(c.data.inputs, tgt.tokenizer, 2 * (n + t) + 8, c.data.heldout_share, held, limit,
                            c.data.thinking, c.data.thinking_share)   # spares for what the screen drops
     prompts = [o for _, o in JsonlReader(Run(run).prompts)]
-    train_side = _training_side(prompts, c.data.heldout_share)
-    ps, info = draw_prompts(cands, n, train_side, limit, last=True)
+    train_side, pieces = _training_side(prompts, c.data.heldout_share), template_pieces(tgt.tokenizer)
+    ps, info = draw_prompts(cands, n, train_side + held_ids, limit, last=True, pieces=pieces)   # nor held-out ones
     _screen_note(run, "sealed", info)
     if not ps: return None
     write_jsonl_atomic(Run(run).sealed_prompts, ps)
     if t:
         taken = {p["conversation"] for p in ps}
-        tune, info = draw_prompts([p for p in cands if p["conversation"] not in taken], t, train_side, limit,
-                                  last=True)
+        tune, info = draw_prompts([p for p in cands if p["conversation"] not in taken], t,
+                                  train_side + held_ids + [p["prompt_ids"] for p in ps], limit, last=True,
+                                  pieces=pieces)
         _screen_note(run, "tuning", info)
         write_jsonl_atomic(Run(run).tuning_prompts, tune)
     return Run(run).sealed_prompts

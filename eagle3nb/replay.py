@@ -13,8 +13,8 @@ from .decode import BatchTargetCache, SpecStats, TargetCache
 
 # %% auto #0
 __all__ = ['ROW_KEYS', 'greedy_tail', 'tail_and_aux', 'replay_stats', 'greedy_runs', 'NgramIndex', 'replay_ngram', 'chain_drafts',
-           'replay_eagle3', 'by_k_row', 'ngram_name', 'replay_prompts', 'sum_rows', 'replay', 'measure_replay',
-           'prompt_texts', 'per_prompt_records', 'peak_ks']
+           'replay_eagle3', 'by_k_row', 'ngram_name', 'replay_prompts', 'sum_rows', 'replay',
+           'configurations_chosen_among', 'measure_replay', 'prompt_texts', 'per_prompt_records', 'peak_ks']
 
 # %% ../nbs/10a_replay.ipynb #eb3f4b96
 @torch.inference_mode()
@@ -216,6 +216,17 @@ def replay(model, drafter:Drafter|None, prompts:list, outputs:list, # the target
     per = replay_prompts(model, drafter, prompts, outputs, eagle_ks, ngram_ks, [ngram], progress)
     names = (("eagle3", "eagle3"), (ngram_name(ngram), "ngram"))
     return {n: rows for m, n in names if (rows := sum_rows(per, m, n))}
+
+# %% ../nbs/10a_replay.ipynb #b2c0f002
+def configurations_chosen_among(ngram_settings, # n-gram's `(prompt_lookup_min, max)` settings tried
+                                ngram_ks, # the Ks n-gram was replayed at
+                                eagle_ks, # the Ks the drafter was replayed at
+                               ) -> dict:
+    "How many configurations each held-out figure is the best of: n-gram's settings × Ks, the drafter's Ks."
+    ng, ea = len(list(ngram_settings)) * len(list(ngram_ks)), len(list(eagle_ks))
+    return {"ngram": ng, "eagle3": ea, "total": ng + ea,
+            "words": (f"the held-out figures are each the best on these prompts of {ng} n-gram configurations "
+                      f"(lookup settings × K) and {ea} drafter Ks; only the sealed figure is free of that choice")}
 
 # %% ../nbs/10a_replay.ipynb #1a6914e0
 def measure_replay(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids)` pairs

@@ -5,7 +5,7 @@
 # %% ../nbs/12_settings.ipynb #d7fe7069
 from __future__ import annotations
 import difflib, typing
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from .core import Run, STAGES, InputError, read_json
 from .prompts import PrepareConfig
@@ -20,7 +20,7 @@ from .export import ExportConfig
 
 # %% auto #0
 __all__ = ['SECTION', 'RENAMED', 'MAIN_JOB', 'SIZES', 'PipelineConfig', 'config_from_dict', 'pipeline_config', 'check_config',
-           'run_settings', 'stage_config']
+           'run_settings', 'stage_config', 'main_job_differs']
 
 # %% ../nbs/12_settings.ipynb #b3594d21
 @dataclass
@@ -211,10 +211,14 @@ def run_settings(run, section:str) -> tuple:
     return dict(d.get(section) or {}), d.get("target")
 
 def stage_config(cls, run, section:str, given:dict|None=None):
-    ("An instance of stage dataclass `cls`: the main job's defaults (`pipeline_config()`: `MAIN_JOB`, size small) ← "
-     "what `run` recorded for `[section]` ← `given` (flags); so `eagle3nb STAGE` and `eagle3nb run` agree.")
+    "An instance of stage dataclass `cls`: its defaults ← what `run` recorded for `[section]` ← `given` (flags)."
     rec, _ = run_settings(run, section)
-    base = getattr(pipeline_config(), section, None)
     known = {f.name for f in fields(cls)}
-    return config_from_dict({**{k: v for k, v in rec.items() if k in known}, **(given or {})},
-                            base if isinstance(base, cls) else cls(), where=f"{Run(run).settings} [{section}]")
+    return config_from_dict({**{k: v for k, v in rec.items() if k in known}, **(given or {})}, cls(),
+                            where=f"{Run(run).settings} [{section}]")
+
+def main_job_differs(cls, section:str) -> dict:
+    ("`{setting: (the stage's own default, the main job's)}` where `eagle3nb STAGE` on a run with no recorded "
+     "settings and `eagle3nb run` (`MAIN_JOB`, size small) would differ: what a stage command says it uses.")
+    own, main = asdict(cls()), asdict(getattr(pipeline_config(), section))
+    return {k: (own[k], main[k]) for k in own if k in main and own[k] != main[k]}
