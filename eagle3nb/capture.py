@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import (Run, InputError, JsonlReader, JsonlWriter, check_settings, read_json, write_json,
-                           write_jsonl_atomic, write_manifest)
+from .core import (Run, InputError, JsonlReader, JsonlWriter, check_settings, disk_full_said, pause_point,
+                           read_json, write_json, write_jsonl_atomic, write_manifest)
 from .models import load_target, sglang_layer_ids
 from .lean import LeanLlama
 
@@ -109,10 +109,12 @@ def flush(self:ShardWriter):
     tensors = {"aux": torch.cat([b[1] for b in self.buf]), "final": torch.cat([b[2] for b in self.buf]),
                "input_ids": torch.cat([b[3] for b in self.buf]), "loss_mask": torch.cat([b[4] for b in self.buf])}
     tmp = self.dir/(name + ".tmp")
-    save_file(tensors, str(tmp))
+    with disk_full_said(self.dir/name, sum(t.nbytes for t in tensors.values()), remove=[tmp]):
+        save_file(tensors, str(tmp))
     write_jsonl_atomic(self.dir/(name + ".index.jsonl"), rows)
     os.replace(tmp, self.dir/name)                       # the shard counts from here on
     self.k, self.buf, self.n_tok = self.k + 1, [], 0
+    pause_point("shard", self.k)                         # a kill -9 test's moment (core's `pause_point`)
     return rows
 
 # %% ../nbs/07_capture.ipynb #98c02024
@@ -416,7 +418,8 @@ def export_specforge(capture_dir, out_dir) -> int:
     for i, sid in enumerate(rd.index):
         x = rd[sid]
         tmp = out/f"data_{i}.ckpt.tmp"
-        torch.save({"input_ids": x["input_ids"].long(), "loss_mask": x["loss_mask"].long(),   # [L]: SpecForge's shape
-                    "hidden_state": x["final"][None], "aux_hidden_state": x["aux"][None], "id": sid}, tmp)
+        with disk_full_said(out/f"data_{i}.ckpt", remove=[tmp]):
+            torch.save({"input_ids": x["input_ids"].long(), "loss_mask": x["loss_mask"].long(),   # [L]: SpecForge's
+                        "hidden_state": x["final"][None], "aux_hidden_state": x["aux"][None], "id": sid}, tmp)
         os.replace(tmp, out/f"data_{i}.ckpt")
     return len(rd.index)

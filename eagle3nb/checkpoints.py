@@ -10,6 +10,7 @@ from .core import Run, InputError, trained_k, read_json, read_jsonl, read_manife
 from .drafter import Drafter, load_drafter, save_drafter
 from .power import choose_k, power_block
 from .replay import greedy_runs, measure_replay, ngram_name, per_prompt_records
+from .resume import load_checkpoint, load_weights
 
 # %% auto #0
 __all__ = ['kept_checkpoints', 'checkpoint_drafter', 'step_losses', 'checkpoint_facts', 'score_drafter', 'select_checkpoint']
@@ -25,7 +26,7 @@ def checkpoint_drafter(final_dir, # the run's final drafter (`RUN/train/drafter`
                       ) -> Drafter:
     "The run's final drafter with a checkpoint's weights (embeddings stay the target's)."
     d = load_drafter(final_dir)
-    d.load_state_dict(torch.load(ckpt, weights_only=False, map_location="cpu")["model"], strict=False)
+    load_weights(d, load_checkpoint(ckpt), ckpt)      # no code run, strict keys (the embeddings stay the target's)
     return d.eval()
 
 # %% ../nbs/10d_checkpoints.ipynb #2f497e00

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #ea191e5a
 from __future__ import annotations
-import functools, json, os, sys, time, platform, tempfile, shutil
+import errno, functools, json, os, sys, time, platform, tempfile, shutil, traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, asdict
@@ -13,14 +13,55 @@ from typing import Any, Iterator
 from fastcore.basics import patch_to
 
 # %% auto #0
-__all__ = ['STAGES', 'RUN_LAYOUT', 'STAGE_DIRS', 'InputError', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader',
-           'read_jsonl', 'atomic_write_text', 'write_jsonl_atomic', 'jsonl_writers_atomic', 'write_json', 'read_json',
-           'build_dir_atomically', 'versions', 'write_manifest', 'read_manifest', 'manifest_config', 'md_table', 'Run',
-           'trained_k', 'stage_dir', 'check_settings', 'Tally', 'first_diff', 'PromptRecord']
+__all__ = ['PAUSE_ENV', 'STAGES', 'RUN_LAYOUT', 'STAGE_DIRS', 'InputError', 'is_disk_full', 'free_bytes', 'DiskFullError',
+           'disk_full_message', 'disk_full_said', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader',
+           'read_jsonl', 'atomic_write_text', 'write_jsonl_atomic', 'pause_point', 'jsonl_writers_atomic', 'write_json',
+           'read_json', 'build_dir_atomically', 'versions', 'write_manifest', 'read_manifest', 'manifest_config',
+           'md_table', 'Run', 'trained_k', 'stage_dir', 'check_settings', 'Tally', 'first_diff', 'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
     "Bad input: the message names the input (file, line) and what to do about it."
+
+# %% ../nbs/00_core.ipynb #5908077b
+_FULL_WORDS = ("No space left", "StorageFull", "unexpected pos", "file write failed")
+
+def is_disk_full(e:BaseException) -> bool:
+    "Whether `e` says the disk is full: ENOSPC, or the words torch.save and safetensors use for it."
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC: return True
+    return (isinstance(e, (OSError, RuntimeError)) or type(e).__name__ == "SafetensorError") and \
+        any(w in str(e) for w in _FULL_WORDS)
+
+def free_bytes(path) -> int:
+    "Bytes free on the filesystem `path` is on, or will be on: its nearest existing parent's."
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent: p = p.parent
+    return shutil.disk_usage(p).free
+
+# %% ../nbs/00_core.ipynb #19f2fd65
+class DiskFullError(InputError):
+    "The disk filled while writing: the message names the file, the bytes needed and free, and what to do."
+
+def disk_full_message(path, needed:int|None=None, free:int|None=None) -> str:
+    "What a full disk at `path` means and what to do."
+    need, free = f"needed {needed:,} bytes, " if needed else "", free_bytes(path) if free is None else free
+    return (f"{path}: no space left on its disk ({need}{free:,} bytes free there): free space on that disk "
+            "or pass --run a directory on another one, then rerun: it resumes where it stopped")
+
+@contextmanager
+def disk_full_said(path, needed:int|None=None, # bytes the write needs, where known
+                   remove=(), # half-written files to delete when the disk fills
+                  ):
+    "Turn a full disk inside the block into a `DiskFullError` about `path`; delete `remove`."
+    try: yield
+    except DiskFullError: raise
+    except Exception as e:
+        if not is_disk_full(e): raise
+        traceback.clear_frames(e.__traceback__)
+        held, before = sum(Path(r).stat().st_size for r in remove if Path(r).exists()), free_bytes(path)
+        for r in remove: Path(r).unlink(missing_ok=True)
+        free = max(free_bytes(path), before + held)   # a writer that still holds the file frees it when it goes
+        raise DiskFullError(disk_full_message(path, needed, free)) from None
 
 # %% ../nbs/00_core.ipynb #f30689ee
 _LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
@@ -70,8 +111,9 @@ class JsonlWriter:
         self._f = open(self.path, "ab", buffering=0)
         self.fsync_every, self.n = fsync_every, 0
     def write(self, obj):
-        "Append one record."
-        self._f.write(_dumps(obj))
+        "Append one record (a full disk leaves at most a torn tail, cut on the next open)."
+        line = _dumps(obj)
+        with disk_full_said(self.path, len(line)): self._f.write(line)
         self.n += 1
         if self.fsync_every and self.n % self.fsync_every == 0: os.fsync(self._f.fileno())
     def close(self):
@@ -135,7 +177,7 @@ def atomic_write_text(path, text:str):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with disk_full_said(path, len(text.encode("utf-8")), remove=[tmp]), os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -148,6 +190,20 @@ def atomic_write_text(path, text:str):
 def write_jsonl_atomic(path, records):
     "Write JSONL file `path` from `records` via a temporary file and a rename (the line format of `JsonlWriter`)."
     atomic_write_text(path, b"".join(_dumps(r) for r in records).decode("utf-8"))
+
+# %% ../nbs/00_core.ipynb #e9548a2f
+PAUSE_ENV = "EAGLE3NB_PAUSE_AFTER"
+_paused = []
+
+def pause_point(event:str, n:int):
+    "Test-only: wait at the `n`th `event` while `$EAGLE3NB_PAUSE_AFTER`'s marker file exists (once a process)."
+    v = os.environ.get(PAUSE_ENV)
+    if not v or _paused: return
+    ev, k, marker = v.split(":", 2)
+    if ev != event or n < int(k): return
+    _paused.append(event)
+    atomic_write_text(marker, str(os.getpid()))
+    while Path(marker).exists(): time.sleep(0.05)
 
 # %% ../nbs/00_core.ipynb #9c1c1840
 @contextmanager
@@ -185,7 +241,8 @@ def build_dir_atomically(dest, build, # `build(tmp_dir)` fills a fresh temporary
         if time.time() - stale.stat().st_mtime > 3600: shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=dest.name + ".tmp-"))
     try:
-        build(tmp)
+        with disk_full_said(dest): build(tmp)   # the half-built folder goes below
+        pause_point("built", 1)
         try: os.rename(tmp, dest)
         except OSError:
             if not dest.exists(): raise   # else another process finished first: keep theirs

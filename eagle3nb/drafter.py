@@ -410,12 +410,13 @@ def new_drafter(target, # a `Target` (eagle3nb.models) or model directory
 def save_drafter(d:Drafter, out_dir, extra:dict|None=None):
     "Write eagle3nb's own drafter format (`config.json` + `model.safetensors`, official tensor names) atomically."
     from safetensors.torch import save_file
-    from eagle3nb.core import atomic_write_text
+    from eagle3nb.core import atomic_write_text, disk_full_said
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().contiguous().cpu() for k, v in d.state_dict().items()}
     tmp = out/"model.safetensors.tmp"
-    save_file(sd, str(tmp))
+    with disk_full_said(out/"model.safetensors", sum(t.nbytes for t in sd.values()), remove=[tmp]):
+        save_file(sd, str(tmp))
     import os
     os.replace(tmp, out/"model.safetensors")
     atomic_write_text(out/"config.json",

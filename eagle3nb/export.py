@@ -8,7 +8,7 @@ import json, os
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
-from .core import Run, InputError, atomic_write_text
+from .core import Run, InputError, atomic_write_text, disk_full_said
 from .drafter import Drafter, DrafterConfig, load_drafter, no_init, target_embeddings
 from .models import hf_layer_ids, sglang_layer_ids
 
@@ -101,7 +101,8 @@ def _write(out_dir, config:dict, tensors:dict) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out/"model.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    with disk_full_said(out/"model.safetensors", sum(t.nbytes for t in tensors.values()), remove=[tmp]):
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, out/"model.safetensors")
     atomic_write_text(out/"config.json", json.dumps(config, indent=2) + "\n")
     return out

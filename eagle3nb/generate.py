@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import (Run, InputError, JsonlReader, JsonlWriter, Tally, check_settings, manifest_config, stage_dir,
-                           write_json, write_jsonl_atomic, write_manifest)
+from .core import (Run, InputError, JsonlReader, JsonlWriter, Tally, check_settings, manifest_config,
+                           pause_point, stage_dir, write_json, write_jsonl_atomic, write_manifest)
 from .protocol import EngineError, Sampling
 
 # %% auto #0
@@ -87,6 +87,7 @@ class _Outcomes:
                              "usage": result.usage, "timings": {"latency_s": round(latency, 4)}, "meta": result.meta})
             self.stats["tokens"] += len(result.output_ids)
             self.stats["new_ok"] += 1
+            pause_point("record", self.stats["new_ok"])   # a kill -9 test's moment (core's `pause_point`)
         self.bar.update(1)
         el = time.time() - self.t0
         self.bar.set_postfix(tok_s=f"{self.stats['tokens'] / el:.0f}" if el else "-", failed=self.stats["new_failed"],

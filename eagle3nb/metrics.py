@@ -99,7 +99,8 @@ def plot_training(rows:list, note:dict, out_dir) -> list:
     paths = []
     def save(fig, name):
         p = out/name
-        fig.savefig(p, dpi=110, bbox_inches="tight")
+        from eagle3nb.core import disk_full_said
+        with disk_full_said(p, remove=[p]): fig.savefig(p, dpi=110, bbox_inches="tight")
         paths.append(p)
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()

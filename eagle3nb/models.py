@@ -53,9 +53,7 @@ def _convert_smollm2(out:Path):
     cfg._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
     src = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
-    if [m for m in missing if "lm_head" not in m] or unexpected:   # lm_head is tied to embed_tokens
-        raise RuntimeError(f"SmolLM2 conversion: missing {missing}, unexpected {unexpected}")
+    model.load_state_dict(src.state_dict())      # strict: the tied lm_head is in it too (under both names)
     model.tie_weights()
     model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                                                pad_token_id=tok.pad_token_id)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib, json, time
 from dataclasses import asdict
 from pathlib import Path
-from .core import Run, InputError, JsonlReader, read_json, read_jsonl, write_json, write_jsonl_atomic
+from .core import (Run, InputError, JsonlReader, free_bytes, read_json, read_jsonl, write_json,
+                           write_jsonl_atomic)
 from .core import STAGES
 from .settings import SECTION, PipelineConfig, pipeline_config
 from .report import (capture_summary, context_summary, evaluate_summary, generate_summary, prepare_summary,
@@ -355,7 +356,6 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
          capture_tps:float=20000, # tokens a second the capture runs at (all its GPUs together), for its time
         ) -> list:
     "The lines a run prints before it starts: what each stage will need, and which stages run or are skipped."
-    import shutil
     run, shape = Path(c.run), target_shape(c.target)
     led, keys = Ledger(run), stage_keys(c)
     todo = [s for s in STAGES if s in (stages or STAGES)]
@@ -375,10 +375,11 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
     n = capture_need(run, c, shape) if shape else None
     if n: hours = f"; {n['tokens'] / capture_tps / 3600:,.1f} h at {capture_tps:,.0f} tokens/s"
     if shape and c.train.source == "offline":
-        free = shutil.disk_usage(run if run.exists() else Path.cwd()).free
+        free = free_bytes(run)      # on the filesystem the run lives on, or will: its nearest existing parent's
         out.append(f"  capture  [{runs('capture')}]: {'' if n['exact'] else '≤ '}{n['tokens']:,} tokens × "
                    f"{n['bytes_per_token']:,} B/token ({c.capture.dtype}) = {_gib(n['bytes'])}; "
-                   f"{_gib(n['shard_bytes'])} a shard of {c.capture.shard_tokens:,} tokens; {_gib(free)} free{hours}")
+                   f"{_gib(n['shard_bytes'])} a shard of {c.capture.shard_tokens:,} tokens; {_gib(free)} free{hours}"
+                   + ("; DOES NOT FIT (the run refuses it before its first stage)" if n["bytes"] > free else ""))
     else:
         what = {"online": "nothing stored (training is online)",
                 "stream": f"streamed: at most {c.train.spool_gb} GB spooled at once"}
@@ -413,12 +414,11 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
 # %% ../nbs/12b_pipeline.ipynb #7244e639
 def check_disk(run, c:PipelineConfig):
     "Refuse, naming both numbers, a capture the disk of `run` cannot hold (what is already written counts as held)."
-    import shutil
     shape = target_shape(c.target)
     if shape is None or c.train.source != "offline": return
     need = capture_need(run, c, shape)["bytes"]
     have = sum(f.stat().st_size for f in Run(run).capture_dir.glob("*.safetensors"))
-    free = shutil.disk_usage(run).free
+    free = free_bytes(run)          # the run's filesystem (its nearest existing parent's, before it is made)
     if need - have > free:
         raise InputError(f"capture needs {_gib(need - have)} more disk ({need:,} bytes in all) but {run} has "
                          f"{_gib(free)} free ({free:,} bytes): free space, store [capture] dtype = \"bfloat16\", or "
@@ -441,6 +441,7 @@ def run_pipeline(c:PipelineConfig, # the settings (`pipeline_config(...)`)
         raise InputError(f"--stages {','.join(stages)}: {', '.join(stale)} must run first (its settings, or the data "
                          "of a stage before it, changed since it ran): add it to --stages, or drop --stages")
     print("\n".join(plan(c, stages, fresh)))
+    if "capture" in stages and (fresh or not led.done("capture", keys["capture"])): check_disk(run, c)   # up front
     for s in stages:
         if led.done(s, keys[s]):
             print(f"{s}: done earlier under the same settings — skipped ({led.d[s]['summary'].splitlines()[0][:100]}…)")

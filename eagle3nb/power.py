@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, os
 from pathlib import Path
 import numpy as np
-from .core import InputError, md_table, read_jsonl
+from .core import InputError, disk_full_said, md_table, read_jsonl
 
 # %% auto #0
 __all__ = ['tokens_per_forward', 'mean_tokens_per_forward', 'choose_k', 'paired_bootstrap', 'verdict', 'power_block',
@@ -188,7 +188,7 @@ def plot_per_prompt(recs:list, # per-prompt records (held-out and sealed get a c
     ax.legend(fontsize=7)
     ax.grid(alpha=.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with disk_full_said(path, remove=[path]): fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 

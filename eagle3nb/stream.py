@@ -8,7 +8,8 @@ import atexit, hashlib, json, os, queue, threading, time
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import Run, InputError, JsonlReader, write_jsonl_atomic, write_manifest
+from .core import (Run, DiskFullError, InputError, JsonlReader, disk_full_said, write_jsonl_atomic,
+                           write_manifest)
 from .capture import _DT, default_aux_layers, first_nonfinite, record_hash
 from .capture_vllm import VllmHiddenStates, _fetch, _probe, final_norm, read_hidden_states, server_layer_ids
 from .models import load_target
@@ -70,7 +71,8 @@ def write(self:Spool, name:str, tensors:dict, metadata:dict) -> int:
     "Write `shards/name.safetensors` atomically; its size in bytes."
     from safetensors.torch import save_file
     p = self.dir/"shards"/f"{name}.safetensors"
-    save_file(tensors, str(p) + ".tmp", metadata=metadata)
+    with disk_full_said(p, sum(t.nbytes for t in tensors.values()), remove=[str(p) + ".tmp"]):
+        save_file(tensors, str(p) + ".tmp", metadata=metadata)
     os.replace(str(p) + ".tmp", p)
     return p.stat().st_size
 
@@ -360,6 +362,7 @@ def _work(self:StreamSource, server):
                                                    "input_ids": torch.tensor(r["input_ids"], dtype=torch.int32),
                                                    "loss_mask": torch.tensor(r["loss_mask"], dtype=torch.uint8)},
                                             {"id": rid, "hash": self.hashes[rid]})
+        except DiskFullError as e: why, self.error = str(e), e   # the spool's disk is full: stop, said plainly
         except Exception as e: why = f"{type(e).__name__}: {e}"
         try: self.spool.settle(need, size)
         except RuntimeError as e: why, self.error = str(e), e   # a file outgrew its reservation: stop, loudly
@@ -425,7 +428,7 @@ def batch(self:StreamSource, ids:list) -> Batch:
         got.append(i)
         samples.append(self.spool.read(name))
         if not self.spool.keep: self.spool.remove(name, size)
-    with open(self.ledger, "a") as f:
+    with disk_full_said(self.ledger), open(self.ledger, "a") as f:
         f.write(json.dumps({"attempt": self.attempt, "rank": self.rank, "kind": kind, "step": step, "epoch": epoch,
                             "ids": got,
                             "failed": failed, "wait_s": round(wait, 4), "time": time.time(),

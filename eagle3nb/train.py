@@ -8,8 +8,8 @@ import functools, json, math, os, time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 import torch
-from .core import (Run, InputError, JsonlReader, manifest_config, stage_dir, write_jsonl_atomic,
-                           write_manifest)
+from .core import (Run, InputError, JsonlReader, JsonlWriter, manifest_config, pause_point, stage_dir,
+                           write_jsonl_atomic, write_manifest)
 from .capture import CaptureConfig, dist_env
 from .drafter import (EMBED_NAMES, Drafter, drafter_config, new_drafter, safetensors_header, save_drafter,
                               shift_left, target_lm_head)
@@ -17,13 +17,14 @@ from .memory import OPTIM_STATES, AdamWBf16, available_memory, check_fits, train
 from .sources import (Batch, DraftVocab, OfflineSource, OnlineSource, draft_vocab, loss_positions_mask,
                               plan_batches)
 from .stream import StreamSource
+from .resume import latest_checkpoint, load_checkpoint, load_optimizer, load_weights, save_checkpoint
 from .metrics import (STAT_KEYS, add_counts, add_stats, plot_training, summarize_stats, summarize_walk, walk,
                               walk_answers)
 
 # %% auto #0
 __all__ = ['BF16', 'run_of_ones', 'chain_slots', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'native_bf16',
-           'use_bf16', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'save_checkpoint', 'latest_checkpoint',
-           'walk_ids', 'optimizer', 'target_bytes', 'step_memory', 'train', 'sweep_run', 'train_vocab_sweep']
+           'use_bf16', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'walk_ids', 'optimizer',
+           'target_bytes', 'step_memory', 'train', 'sweep_run', 'train_vocab_sweep']
 
 # %% ../nbs/09_train.ipynb #b8768004
 def run_of_ones(mask):
@@ -302,23 +303,6 @@ def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, ra
               "accepted_per_pos": [int(x) for x in r[4:4 + k]]} for k, r in enumerate(g[K + 1:], 1)]
     return {**summarize_stats([dict(zip(STAT_KEYS, row)) for row in g[:K]]), **summarize_walk(walks, int(g[K][0]))}
 
-# %% ../nbs/09_train.ipynb #5a9772fa
-def save_checkpoint(path, drafter, opt, step:int, cfg:TrainConfig, vocab:DraftVocab,
-                    data:dict|None=None, # the source's `fingerprint()`: a resumed run must read the same records
-                   ):
-    "Write a training checkpoint atomically (embeddings left out: they are the target's)."
-    sd = {k: v for k, v in drafter.state_dict().items() if k != "embed_tokens.weight"}
-    tmp = Path(str(path) + ".tmp")
-    torch.save({"model": sd, "optimizer": opt.state_dict(), "step": step, "config": asdict(cfg),
-                "vocab": asdict(vocab), "data": data}, tmp)
-    os.replace(tmp, path)
-
-# %% ../nbs/09_train.ipynb #79763a2c
-def latest_checkpoint(ckpt_dir) -> Path|None:
-    "The newest complete checkpoint in `ckpt_dir`, or None."
-    ps = sorted(Path(ckpt_dir).glob("step-*.pt")) if Path(ckpt_dir).exists() else []
-    return ps[-1] if ps else None
-
 # %% ../nbs/09_train.ipynb #f7dac218
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every", "keep_checkpoints")
 _HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency", "select",  # how, not what
@@ -415,7 +399,7 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
     V = int(tgt_cfg.get("text_config", tgt_cfg)["vocab_size"])
     ck = latest_checkpoint(ckdir)
     if ck is not None:
-        state = torch.load(ck, weights_only=False, map_location="cpu", mmap=True)   # read as copied, not twice
+        state = load_checkpoint(ck)   # no code run; mapped: read as copied, not twice
         _check_resume(state["config"], cfg, ck)
         _check_data(state.get("data"), src.fingerprint(), ck)
         vocab = DraftVocab(**state["vocab"])
@@ -428,8 +412,8 @@ def _resume(ckdir:Path, cfg:TrainConfig, src, tr_ids:list, device) -> tuple:
                           fc_norm=cfg.fc_norm, norm_output=cfg.norm_output).to(device)
     opt = optimizer([p for p in drafter.parameters() if p.requires_grad], cfg)
     if state is None: return vocab, drafter, opt, 0
-    drafter.load_state_dict(state["model"], strict=False)
-    opt.load_state_dict(state["optimizer"])
+    load_weights(drafter, state, ck)                     # strict: a missing tensor is an error, never re-initialised
+    load_optimizer(opt, drafter, state, ck)
     return vocab, drafter, opt, state["step"]
 
 # %% ../nbs/09_train.ipynb #333fd5fc
@@ -452,6 +436,7 @@ def _keep_checkpoint(ckdir:Path, drafter, opt, step:int, cfg:TrainConfig, vocab:
     save_checkpoint(ckdir/f"step-{step:06d}.pt", drafter, opt, step, cfg, vocab, data)
     if cfg.keep_checkpoints:
         for old in sorted(ckdir.glob("step-*.pt"))[:-cfg.keep_checkpoints]: old.unlink()
+    pause_point("checkpoint", step)                      # a kill -9 test's moment (core's `pause_point`)
 
 # %% ../nbs/09_train.ipynb #060c8f69
 def _clear_checkpoints(ckdir:Path):
@@ -519,8 +504,8 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
               + ("(the target's greedy answers; context records left out)" if note["temperature"] == 0 else
                  f"(none: the data's temperature is {note['temperature']}, not 0)"))
     if rank == 0: _reset_metrics(out/"metrics.jsonl", step)
-    log = open(out/"metrics.jsonl", "a") if rank == 0 else None
-    emit = lambda row: log and (log.write(json.dumps(row) + "\n"), log.flush())
+    log = JsonlWriter(out/"metrics.jsonl") if rank == 0 else None   # a full disk said plainly, naming the file
+    emit = lambda row: log and log.write(row)
     bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
     window, t_win, tok_win, epoch_of, order = None, time.time(), 0, 0, plan.epoch(0)
     try:

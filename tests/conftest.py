@@ -68,6 +68,23 @@ def run(cmd, env=None, **kw):
     "Run a command, return CompletedProcess (text)."
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, **kw)
 
+def pause_env(tmp_path, event:str, n:int) -> tuple:
+    ("`(env, marker)`: the environment that makes an eagle3nb process wait at its `n`th `event` (core's `pause_point`: "
+     "checkpoint, shard, record, built) after writing `marker`, and that marker's path.")
+    marker = Path(tmp_path)/f"paused-{event}-{n}"
+    marker.unlink(missing_ok=True)
+    return {**os.environ, "EAGLE3NB_PAUSE_AFTER": f"{event}:{n}:{marker}"}, marker
+
+def wait_paused(p, marker, hang:float=900):
+    ("Wait until process `p` has written `marker` and stopped there (it waits while the marker exists): the test then "
+     "kills it at that point. No race: the process cannot run past it; `hang` only ends a test that would never end.")
+    import time
+    t0 = time.time()
+    while not marker.exists():
+        if p.poll() is not None: raise AssertionError(f"the process ended (exit {p.returncode}) before {marker.name}")
+        if time.time() - t0 > hang: raise AssertionError(f"no {marker.name} after {hang} s: the process hangs")
+        time.sleep(0.05)
+
 def free_port() -> int:
     import socket
     with socket.socket() as s:

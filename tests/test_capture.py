@@ -2,7 +2,7 @@
 import json, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
-from conftest import BIN, run
+from conftest import BIN, pause_env, run, wait_paused
 from eagle3nb.core import InputError, JsonlWriter, read_jsonl, read_manifest
 from eagle3nb.capture import CaptureReader, capture, forward_states
 from eagle3nb.models import target_dir, load_target
@@ -58,14 +58,13 @@ def test_kill_9_mid_capture_then_resume(tmp_path):
     ref = capture(tmp_path/"ref", "tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
     args = [str(BIN/"eagle3nb"), "capture", "--run", str(tmp_path/"run"), "--target", "tiny-llama",
             "--shard_tokens", "64", "--batch_tokens", "64"]
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    shards = tmp_path/"run/capture/shards"
-    t0 = time.time()
-    while len(list(shards.glob("*.safetensors"))) < 3 and time.time() - t0 < 120: time.sleep(0.01)
+    env, marker = pause_env(tmp_path, "shard", 3)               # it waits after its third shard: killed there
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    wait_paused(p, marker)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    n_before = len(list(shards.glob("*.safetensors")))
-    assert 3 <= n_before < ref["counts"]["shards"], "killed too late to test resume"
+    shards = tmp_path/"run/capture/shards"
+    assert len(list(shards.glob("*.safetensors"))) == 3 < ref["counts"]["shards"]
     assert not (tmp_path/"run/capture/index.jsonl").exists()
     r = run(args)
     assert r.returncode == 0, r.stderr

@@ -2,7 +2,7 @@
 import json, signal, subprocess, time
 from pathlib import Path
 import httpx, pytest
-from conftest import BIN, run
+from conftest import BIN, pause_env, run, wait_paused
 from eagle3nb.core import JsonlWriter, read_jsonl, read_manifest
 from eagle3nb.serve import start_server_process
 from eagle3nb.local import LocalEngine
@@ -97,14 +97,14 @@ def test_kill_9_and_resume(server, local, tmp_path):
     _write_prompts(tmp_path, local.target.tokenizer, N)
     args = [str(BIN/"eagle3nb"), "generate", "--run", str(tmp_path), "--engine", "sglang", "--urls", server,
             "--max_new_tokens", "24", "--concurrency", "4", "--temperature", "0.7", "--seed", "11"]
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    out = tmp_path/"generate/generations.jsonl"
-    t0 = time.time()
-    while (not out.exists() or out.read_text().count("\n") < 6) and time.time() - t0 < 120: time.sleep(0.05)
+    env, marker = pause_env(tmp_path, "record", 6)              # it waits after its sixth record: killed there
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    wait_paused(p, marker)
     p.send_signal(signal.SIGKILL)
     p.wait()
+    out = tmp_path/"generate/generations.jsonl"
     first = out.read_text().count("\n")
-    assert 6 <= first < N, f"killed too late to test anything ({first} of {N} done)"
+    assert first == 6
     with open(out, "ab") as f: f.write(b'{"id": "q39", "prompt_ids": [1, 2')   # what a kill mid-write leaves
     r = run(args)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -2,7 +2,7 @@
  "job: test_pipeline.py).")
 import json, os, signal, sys, time, subprocess
 from pathlib import Path
-from conftest import BIN, ROOT, run
+from conftest import BIN, ROOT, pause_env, run, wait_paused
 
 def test_import_loads_no_model_and_starts_nothing(tmp_path):
     "Every module imports without a thread, a model or a file; the command line's entry also without torch."
@@ -29,12 +29,12 @@ def test_cli_bad_input_is_one_clear_line(tmp_path):
 
 def test_killed_conversion_leaves_no_half_directory(tmp_path):
     cache = tmp_path/"cache"
+    env, marker = pause_env(tmp_path, "built", 1)   # converted, not yet under its name: killed there
     p = subprocess.Popen([sys.executable, "-c", "from eagle3nb.models import target_dir; target_dir('smollm2')"],
-                         env={**os.environ, "EAGLE3NB_CACHE": str(cache)}, stdout=subprocess.DEVNULL,
+                         env={**env, "EAGLE3NB_CACHE": str(cache)}, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
-    t0 = time.time()
-    while not list((cache/"targets").glob("smollm2.tmp-*")) and time.time() - t0 < 60: time.sleep(0.1)
-    time.sleep(3)                                      # mid-conversion
+    wait_paused(p, marker)
+    assert list((cache/"targets").glob("smollm2.tmp-*"))   # the whole conversion, in its temporary folder
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert not (cache/"targets"/"smollm2").exists()   # no half directory under the real name

@@ -2,7 +2,7 @@
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
-from conftest import BIN, ROOT, copy_run, run
+from conftest import BIN, ROOT, copy_run, pause_env, run, wait_paused
 
 def _ledger(run_dir): 
     p = Path(run_dir)/"pipeline.json"
@@ -14,10 +14,9 @@ def test_main_job_killed_mid_training_resumes_and_reports(tiny_main_job, tmp_pat
     "The CLI route: the shared tiny run up to capture, `eagle3nb run` killed -9 in training, then run again."
     d = copy_run(tiny_main_job, tmp_path/"run", drop=("train", "evaluate", "export"))
     cmd = [str(BIN/"eagle3nb"), "run", "--size", "tiny", "--run", str(d)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    t0 = time.time()
-    while not (d/"train/metrics.jsonl").exists() and p.poll() is None and time.time() - t0 < 600: time.sleep(0.05)
-    assert p.poll() is None, p.stdout.read()
+    env, marker = pause_env(tmp_path, "checkpoint", 1)  # it waits after training's first checkpoint
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    wait_paused(p, marker)
     os.killpg(p.pid, signal.SIGKILL)                    # killed in training: no report yet
     p.wait()
     early = {"prepare", "generate", "validate", "context", "capture"}

@@ -8,7 +8,7 @@ import json, os, signal, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 import pytest, torch
-from conftest import BIN, run
+from conftest import BIN, pause_env, run, wait_paused
 from eagle3nb.capture import CaptureConfig
 from eagle3nb.capture_vllm import capture_vllm, server_layer_ids
 from eagle3nb.core import InputError, JsonlWriter, read_jsonl, read_manifest
@@ -172,22 +172,22 @@ def test_stream_equals_offline(offline, recs, server, tmp_path):
           f"{rep['wall_s']} s; spool peak {rep['spool_peak_bytes']} (seen on disk {seen}) of "
           f"{rep['spool_cap_bytes']} bytes")
 
-def kill_at_checkpoint(p, run, timeout:float, step:int=4):
-    "Wait until trainer process `p` has written checkpoint `step` in `run`, then kill -9 its process group."
-    ck, t0 = run/"train/checkpoints", time.time()
-    while not (ck/f"step-{step:06d}.pt").exists():
-        assert p.poll() is None and time.time() - t0 < timeout, "the trainer ended before it could be killed"
-        time.sleep(0.01)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
+def kill_at_checkpoint(args, run, step:int=4):
+    "Run trainer command `args`; it waits after checkpoint `step` (`pause_point`), and its process group is killed -9."
+    env, marker = pause_env(run.parent, "checkpoint", step)
+    p = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try: wait_paused(p, marker)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert (run/f"train/checkpoints/step-{step:06d}.pt").exists()
 
 def test_kill_9_of_the_trainer_then_rerun(offline, recs, server, tmp_path):
     st = copy(recs, tmp_path/"st")
     args = [str(BIN/"eagle3nb"), "train", "--run", str(st), "--target", "tiny-llama", "--source", "stream",
             "--urls", server.url, "--spool_gb", str(CAP_GB), *(a for k, v in KW.items() for a in (f"--{k}", str(v)))]
     watch = SpoolWatch(st/"spool")
-    kill_at_checkpoint(subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL), st, 300)
+    kill_at_checkpoint(args, st)
     assert not (st/"train/manifest.json").exists()
     killed = stream_report(st)
     r = run(args)                                               # the rerun, through the CLI too
@@ -291,14 +291,14 @@ def test_kill_9_of_the_server_then_rerun(offline, recs, server, tmp_path):
     args = [str(BIN/"eagle3nb"), "train", "--run", str(st), "--target", "tiny-llama", "--source", "stream",
             "--urls", url, "--spool_gb", str(CAP_GB), *(a for k, v in KW.items() for a in (f"--{k}", str(v)))]
     watch = SpoolWatch(st/"spool")
-    p = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env, marker = pause_env(tmp_path, "checkpoint", 4)            # the trainer waits after checkpoint 4
+    p = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
-        ck, t0 = st/"train/checkpoints", time.time()
-        while not (ck/"step-000004.pt").exists():
-            assert p.poll() is None and time.time() - t0 < 300, "the trainer ended before the server was killed"
-            time.sleep(0.01)
+        ck = st/"train/checkpoints"
+        wait_paused(p, marker)
         os.kill(proc.pid, signal.SIGKILL)                         # the server, not the trainer
         proc.wait()
+        marker.unlink()                                           # the trainer goes on, against a dead server
         err = p.communicate(timeout=300)[1].decode()              # the trainer gives up on its own
     finally:
         for q in (proc, p):
@@ -322,6 +322,25 @@ def test_kill_9_of_the_server_then_rerun(offline, recs, server, tmp_path):
     print(f"server killed after checkpoint 4; the trainer stopped at checkpoint {last}, {killed['pending']} records "
           f"served after it; the rerun requeued {rep['requeued']}, failed {rep['failed']} (the dead server's); "
           f"spool on disk peaked at {seen} of {rep['spool_cap_bytes']} bytes")
+
+def test_a_full_spool_disk_stops_the_run_said_plainly(recs, server, tmp_path, monkeypatch):
+    "The spool's disk full (safetensors' own error): the run stops naming the file and what to do, not a failed record."
+    import safetensors.torch
+    from safetensors import SafetensorError
+    from eagle3nb.core import DiskFullError
+    from eagle3nb.train import train
+    real = safetensors.torch.save_file
+    def save_file(tensors, path, *a, **k):                     # the spool's disk is full; the server's is not
+        if "/spool/" not in str(path): return real(tensors, path, *a, **k)
+        Path(path).write_bytes(b"half")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                              'left on device" })')
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    st = copy(recs, tmp_path/"st")
+    with pytest.raises(DiskFullError, match=r"spool/shards/\S+\.safetensors: no space left on its disk .* then rerun"):
+        train(st, target="tiny-llama", progress=False, source="stream", capture=CaptureConfig(urls=[server.url]),
+              spool_gb=CAP_GB, **KW)
+    assert list((st/"spool/shards").glob("*.tmp")) == []        # no half-written file left
 
 def test_the_old_train_keys_name_their_new_home(tmp_path):
     "A stream reads the capture's servers and dtype: `[train] urls` and `spool_dtype` are refused, naming `[capture]`."

@@ -1,9 +1,9 @@
 """Drafter training: exact resume after kill -9, 2 torchrun processes = 1, online = offline, bad settings refused,
 learnability."""
-import json, signal, subprocess, sys, time
+import json, os, signal, subprocess, sys
 from pathlib import Path
 import pytest, torch
-from conftest import BIN, run
+from conftest import BIN, pause_env, run, wait_paused
 from eagle3nb.core import InputError, JsonlWriter, read_jsonl, read_manifest
 from eagle3nb.capture import capture
 from eagle3nb.models import load_target
@@ -43,14 +43,13 @@ def test_kill_9_then_resume_gives_the_uninterrupted_losses(captured, tmp_path):
     r = run([str(BIN/"eagle3nb"), "train", "--run", str(ref), *ARGS])
     assert r.returncode == 0, r.stderr[-3000:]
     args = [str(BIN/"eagle3nb"), "train", "--run", str(cut), *ARGS]
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ck, t0 = cut/"train/checkpoints", time.time()
-    while not list(ck.glob("step-000008.pt")) and time.time() - t0 < 300 and p.poll() is None: time.sleep(0.02)
+    env, marker = pause_env(tmp_path, "checkpoint", 8)          # it waits after checkpoint 8: killed there
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    wait_paused(p, marker)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert not (cut/"train/manifest.json").exists(), "killed too late to test resume"
-    done_before = max(r["step"] for r in _train_rows(cut))
-    assert 8 <= done_before < 16
+    assert not (cut/"train/manifest.json").exists()
+    assert max(r["step"] for r in _train_rows(cut)) == 8
     r = run(args)
     assert r.returncode == 0, r.stderr[-3000:]
     a, b = _train_rows(ref), _train_rows(cut)
@@ -265,3 +264,98 @@ def test_loss_chunk_is_free_to_change_on_resume(captured, tmp_path):
         assert x["supervised"] == y["supervised"] and all(abs(u - v) <= 0.02 for u, v in zip(x["acc_k"], y["acc_k"]))
         for u, v in zip(x["loss_k"], y["loss_k"]): assert abs(u - v) <= 1e-4 * max(1, abs(u)), (x["step"], u, v)
     assert train(tmp_path/"c0", max_steps=3, loss_chunk=5, **kw)["counts"]["steps"] == 3
+
+
+# the resume check on a tiny drafter: ref trains 2 steps keeping both checkpoints; each resume starts from ref's
+# step-1 checkpoint (a defect planted in it, or not), trains step 2 in another run directory, and is compared with
+# ref's step 2 by `compare_resumed` (the function the real-shape test uses), tensor by tensor
+RESUME = dict(ttt_steps=3, draft_vocab_size=512, max_steps=2, batch_tokens=160, lr=3e-3, warmup_steps=1, log_every=1,
+              ckpt_every=1, keep_checkpoints=0, heldout=0.15, eval_every=8)
+
+def _resume_from(captured, ref, where, plant=None):
+    "Step 2 of a run resumed from `ref`'s step-1 checkpoint, `plant(state)` done to it first: `(sample, train rows)`."
+    from eagle3nb.resume import load_checkpoint, sample_checkpoint
+    from eagle3nb.train import train
+    cut = _copy(captured, where)
+    (cut/"train/checkpoints").mkdir(parents=True)
+    state = load_checkpoint(ref/"train/checkpoints/step-000001.pt")
+    torch.save(plant(state) if plant else state, cut/"train/checkpoints/step-000001.pt")
+    train(cut, progress=False, **RESUME)
+    return sample_checkpoint(cut/"train/checkpoints/step-000002.pt"), _train_rows(cut)
+
+def _moments_zeroed(name):
+    "Lose `name`'s AdamW moments (its step count kept, so that a strict loader cannot tell)."
+    def plant(state):
+        st = state["optimizer"]["state"][state["param_names"].index(name)]
+        for m in ("exp_avg", "exp_avg_sq"): st[m] = torch.zeros_like(st[m])
+        return state
+    return plant
+
+def test_the_resume_check_sees_each_tensor(captured, tmp_path):
+    from eagle3nb.resume import compare_resumed, sample_checkpoint
+    from eagle3nb.train import train
+    ref = _copy(captured, tmp_path/"ref")
+    train(ref, progress=False, **RESUME)
+    want, rows = sample_checkpoint(ref/"train/checkpoints/step-000002.pt"), _train_rows(ref)
+    lr = rows[1]["lr"]                                          # step 2's: the one step the two runs took apart
+    got, rows_got = _resume_from(captured, ref, tmp_path/"clean")
+    figs = compare_resumed(want, got, lr)                       # a clean resume passes, every tensor on its own
+    assert set(figs) == set(want["tensors"]) and rows_got[-1]["lr"] == lr
+    # planted: one tensor's moments lost, the rest intact
+    bad, _ = _resume_from(captured, ref, tmp_path/"moments", _moments_zeroed("fc.weight"))
+    with pytest.raises(AssertionError, match=r"fc\.weight: .*exp_avg off by") as e: compare_resumed(want, bad, lr)
+    assert "midlayer" not in str(e.value)                      # only that tensor is named
+    # planted: one tensor left at a fresh initialisation (what a lax loader left of a tensor missing from the file)
+    def reinit(state):
+        w = state["model"]["norm.weight"]
+        state["model"]["norm.weight"] = torch.randn_like(w) * 0.02 + 1
+        return state
+    bad, _ = _resume_from(captured, ref, tmp_path/"reinit", reinit)
+    with pytest.raises(AssertionError, match=r"norm\.weight: .*differ"): compare_resumed(want, bad, lr)
+    # planted: one tensor missing from the resumed checkpoint
+    gone = {**got, "tensors": {k: v for k, v in got["tensors"].items() if k != "lm_head.weight"}}
+    with pytest.raises(AssertionError, match=r"lm_head\.weight: missing from the resumed run's checkpoint"):
+        compare_resumed(want, gone, lr)
+    # planted: a NaN in one tensor
+    nan = sample_checkpoint(tmp_path/"clean/train/checkpoints/step-000002.pt")
+    nan["tensors"]["fc.weight"]["weight"][3] = float("nan")
+    with pytest.raises(AssertionError, match=r"fc\.weight: 1 non-finite"): compare_resumed(want, nan, lr)
+    # the training code loads strictly: a tensor missing from the checkpoint, or one tensor's moments, is refused
+    def drop_tensor(state):
+        del state["model"]["fc.weight"]
+        return state
+    with pytest.raises(InputError, match=r"000001.pt: its tensors are not this drafter's \(missing \['fc.weight'\]"):
+        _resume_from(captured, ref, tmp_path/"gone", drop_tensor)
+    def drop_moments(state):
+        del state["optimizer"]["state"][state["param_names"].index("fc.weight")]
+        return state
+    with pytest.raises(InputError, match=r"AdamW's state is incomplete \(no step and moments .* for fc.weight\)"):
+        _resume_from(captured, ref, tmp_path/"nomoments", drop_moments)
+
+class _Payload:
+    "What a hostile checkpoint could hold: unpickling it runs `os.mkdir`."
+    def __init__(self, where): self.where = str(where)
+    def __reduce__(self): return (os.mkdir, (self.where,))
+
+def test_a_checkpoint_that_would_run_code_is_refused(captured, tmp_path):
+    from eagle3nb.resume import load_checkpoint
+    from eagle3nb.train import train
+    run_dir = _copy(captured, tmp_path/"run")
+    train(run_dir, progress=False, **{**RESUME, "max_steps": 1})
+    ck = run_dir/"train/checkpoints/step-000001.pt"
+    state, ran = torch.load(ck, weights_only=True), tmp_path/"ran"     # not mapped: the file is written over below
+    torch.save({**state, "config": _Payload(ran)}, ck)
+    torch.load(ck, weights_only=False)                          # the payload is live: plain unpickling runs it
+    assert ran.is_dir()
+    ran.rmdir()
+    with pytest.raises(InputError, match=r"step-000001.pt: refused: it holds more than tensors and plain values"):
+        train(run_dir, progress=False, **{**RESUME, "max_steps": 2})
+    assert not ran.exists()                                     # refused without running
+    # torch's legacy (pre-zip) format: refused with the way to convert it; converted, it resumes
+    torch.save(state, ck, _use_new_zipfile_serialization=False)
+    with pytest.raises(InputError, match="scripts/convert_checkpoint.py FILE"): load_checkpoint(ck)
+    r = run([sys.executable, str(Path(__file__).parents[1]/"scripts/convert_checkpoint.py"), str(ck)])
+    assert r.returncode == 0, r.stderr
+    assert load_checkpoint(ck)["step"] == 1
+    m = train(run_dir, progress=False, **{**RESUME, "max_steps": 2})
+    assert m["counts"]["steps"] == 2

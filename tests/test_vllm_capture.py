@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 import httpx, pytest
-from conftest import vllm_process
+from conftest import pause_env, vllm_process, wait_paused
 from eagle3nb.capture import CaptureReader, capture
 from eagle3nb.capture_vllm import capture_vllm, connector_dir, vllm_server_args
 from eagle3nb.core import InputError, JsonlWriter, read_jsonl
@@ -191,12 +191,10 @@ def test_kill_9_mid_capture_then_rerun_resumes(setup):
     run = write_records(s["base"]/"vllm-kill", s["recs"])
     code = (f"from eagle3nb.capture_vllm import capture_vllm; capture_vllm({str(run)!r}, [{s['url']!r}], "
             "target='smollm2', dtype='float32', shard_tokens=64, concurrency=1, progress=False)")
-    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    sdir, t0 = run/"capture/shards", time.time()
-    while len(list(sdir.glob("*.safetensors"))) < 3:
-        assert p.poll() is None, "the capture ended before it could be killed"
-        assert time.time() - t0 < 300
-        time.sleep(0.02)
+    env, marker = pause_env(s["base"], "shard", 3)             # it waits after its third shard: killed there
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env=env)
+    sdir = run/"capture/shards"
+    wait_paused(p, marker)
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     done = len({r["id"] for f in sdir.glob("*.index.jsonl") for r in read_jsonl(f)})
