@@ -16,7 +16,7 @@ from fastcore.script import Param, call_parse, store_true
 # large CPU tensors on 2 MB pages, PyTorch's own switch (read at its first large allocation): a Kimi-K2.5-shaped
 # training process spent 82 s of its 110 in the kernel, mostly page faults; 58 of 92 with it (measured in #34's note)
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-from .core import Run, InputError
+from .core import DEFAULT_RUN, Run, InputError
 from .report import (capture_summary, context_summary, generate_summary, prepare_summary, train_summary,
                              validate_summary)
 
@@ -149,7 +149,7 @@ def _target(run, target):
 def prepare_cmd(inputs:Param("input files (JSON array or JSONL) or built-in names such as 'sharegpt'", str, nargs="+"),
                 target:Param("a local model directory or a built-in name (smollm2, tiny-qwen3, tiny-llama)",
                              str)="smollm2",
-                run:Param("run directory", str)="runs/default",
+                run:Param("run directory", str)=DEFAULT_RUN,
                 **given):
     "Render turn-0 prompts with the target's chat template."
     from eagle3nb.prompts import PrepareConfig, prepare
@@ -161,7 +161,7 @@ def prepare_cmd(inputs:Param("input files (JSON array or JSONL) or built-in name
 
 # %% ../nbs/90_cli.ipynb #8afc09c7
 @call_parse
-def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", str)="runs/default",
+def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", str)=DEFAULT_RUN,
                  target:Param("the model for --engine local or serve (default: the run's)", str)=None,
                  prompts_file:Param("prompt records to read (default: RUN/generate_prompts.jsonl, the main job's "
                                     "training side, else RUN/prompts/prompts.jsonl)", str)=None,
@@ -196,7 +196,7 @@ def serve_cmd(target:Param("a model directory or built-in name", str)="smollm2",
 
 # %% ../nbs/90_cli.ipynb #5dec5e8f
 @call_parse
-def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes validate/)", str)="runs/default",
+def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes validate/)", str)=DEFAULT_RUN,
                  target:Param("tokenizer source (default: the prompts stage's target)", str)=None,
                  generations:Param("generation records to read (default: RUN/generate/generations.jsonl)", str)=None,
                  prompts_file:Param("prompt records of those generations "
@@ -221,7 +221,7 @@ def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes 
 # %% ../nbs/90_cli.ipynb #2e48f721
 @call_parse
 def context_cmd(run:Param("run directory (reads prompts/, generate/ and validate/; writes context/)",
-                          str)="runs/default",
+                          str)=DEFAULT_RUN,
                 **given):
     "Training records from prompts nobody generated for: alone, or with the dataset's replies."
     from eagle3nb.context import ContextConfig, context
@@ -236,7 +236,7 @@ def context_cmd(run:Param("run directory (reads prompts/, generate/ and validate
 
 # %% ../nbs/90_cli.ipynb #2d915728
 @call_parse
-def capture_cmd(run:Param("run directory (reads validate/ and context/ records, writes capture/)", str)="runs/default",
+def capture_cmd(run:Param("run directory (reads validate/ and context/ records, writes capture/)", str)=DEFAULT_RUN,
                 target:Param("model dir or name (default: the one validation used)", str)=None,
                 specforge_dir:Param("also write SpecForge offline feature files here", str)=None,
                 print_server_command:Param("print the vLLM server command that writes this capture's layers, "
@@ -294,7 +294,7 @@ def _select_as_main_job(run, c) -> dict:
 
 @call_parse
 def train_cmd(run:Param("run directory (reads capture/, or validate/ with --source online; writes train/)",
-                        str)="runs/default",
+                        str)=DEFAULT_RUN,
               target:Param("target model dir or name (default: the capture's; must match it)", str)=None,
               aux_layers:Param("aux layers as HF indices, e.g. 2,15,27 (default: the capture's, or the run's "
                                "[capture] aux_layers)", str)=None,
@@ -342,7 +342,7 @@ def _eval_prompts(run, c, prompts_file=None) -> tuple:
 
 # %% ../nbs/90_cli.ipynb #70b6ebf4
 @call_parse
-def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/)", str)="runs/default",
+def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/)", str)=DEFAULT_RUN,
                  drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
                  **given):
     ("Draft-and-verify decoding (vLLM's loop) on held-out prompts: τ, acceptance per position, tokens per target "
@@ -356,7 +356,7 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
 
 # %% ../nbs/90_cli.ipynb #da82d4e6
 @call_parse
-def export_cmd(run:Param("run directory (reads train/drafter, writes export/FORMAT)", str)="runs/default",
+def export_cmd(run:Param("run directory (reads train/drafter, writes export/FORMAT)", str)=DEFAULT_RUN,
                out:Param("output directory (default: RUN/export/FORMAT; one format only)", str)=None,
                drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
                **given):

@@ -13,11 +13,12 @@ from typing import Any, Iterator
 from fastcore.basics import patch_to
 
 # %% auto #0
-__all__ = ['PAUSE_ENV', 'STAGES', 'RUN_LAYOUT', 'STAGE_DIRS', 'InputError', 'is_disk_full', 'free_bytes', 'DiskFullError',
-           'disk_full_message', 'disk_full_said', 'repair_torn_tail', 'JsonlWriter', 'BadLine', 'JsonlReader',
-           'read_jsonl', 'atomic_write_text', 'write_jsonl_atomic', 'pause_point', 'jsonl_writers_atomic', 'write_json',
-           'read_json', 'build_dir_atomically', 'versions', 'write_manifest', 'read_manifest', 'manifest_config',
-           'md_table', 'Run', 'trained_k', 'stage_dir', 'check_settings', 'Tally', 'first_diff', 'PromptRecord']
+__all__ = ['PAUSE_ENV', 'STAGES', 'DEFAULT_RUN', 'RUN_LAYOUT', 'STAGE_DIRS', 'InputError', 'is_disk_full', 'free_bytes',
+           'DiskFullError', 'disk_full_message', 'disk_full_said', 'repair_torn_tail', 'JsonlWriter', 'BadLine',
+           'JsonlReader', 'read_jsonl', 'atomic_write_text', 'write_jsonl_atomic', 'pause_point',
+           'jsonl_writers_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions', 'write_manifest',
+           'read_manifest', 'manifest_config', 'md_table', 'Run', 'trained_k', 'stage_dir', 'check_settings', 'Tally',
+           'first_diff', 'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
@@ -262,6 +263,7 @@ def versions() -> dict:
 
 # %% ../nbs/00_core.ipynb #dbf04ca3
 STAGES = ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]   # a run's, in order
+DEFAULT_RUN = "runs/default"   # the run directory every command uses unless told otherwise
 
 # %% ../nbs/00_core.ipynb #e4ac627c
 def write_manifest(d, stage:str, config:dict, counts:dict, timings:dict|None=None, **extra) -> dict:
@@ -331,7 +333,7 @@ STAGE_DIRS = {"prepare": "prompts_dir", **{s: f"{s}_dir" for s in STAGES[1:]}}  
 class Run:
     ("A run directory: every stage's folder and file as a named property (`RUN_LAYOUT`), and what the run knows — "
      "its target and the drafter's trained K — read once.")
-    def __init__(self, path="runs/default" # a run directory (a `Run` is taken as it is)
+    def __init__(self, path=DEFAULT_RUN # a run directory (a `Run` is taken as it is)
                 ):
         self.path = Path(path.path if isinstance(path, Run) else path)
     def __fspath__(self) -> str: return str(self.path)

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from .core import (Run, InputError, JsonlReader, free_bytes, read_json, read_jsonl, write_json,
                            write_jsonl_atomic)
-from .core import STAGES
+from .core import DEFAULT_RUN, STAGES
 from .settings import SECTION, PipelineConfig, pipeline_config
 from .report import (capture_summary, context_summary, evaluate_summary, generate_summary, prepare_summary,
                              report_headline, train_summary, validate_summary, write_report)
@@ -407,7 +407,8 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
                    + ")"))
     out.append(f"  evaluate [{runs('evaluate')}]: {'every' if e.n_prompts is None else e.n_prompts} held-out "
                f"prompts × ≤ {e.max_new_tokens} tokens, K in {e.ks}" + (f"; then {e.sealed_n_prompts} sealed prompts "
-               "from the far end of the data (replay)" if e.sealed_n_prompts else ""))
+               "from the far end of the data (replay)" if e.sealed_n_prompts else "")
+               + ("; at T = 0 and at the target's served sampling" if e.sampled and not e.temperature else ""))
     out.append(f"  export   [{runs('export')}]: {', '.join(c.export.formats)}")
     return out
 
@@ -461,7 +462,7 @@ def run_pipeline(c:PipelineConfig, # the settings (`pipeline_config(...)`)
 
 # %% ../nbs/12b_pipeline.ipynb #199d14be
 def run_default(size:str="small", # a preset of SIZES
-                run:str="runs/default", fresh:bool=False, stages:list|None=None, **overrides) -> dict:
+                run:str=DEFAULT_RUN, fresh:bool=False, stages:list|None=None, **overrides) -> dict:
     "The main job on the embedded default (SmolLM2-135M-Instruct on ShareGPT, on this machine); return the ledger."
     c = pipeline_config(size=size, run=run, **overrides)
     print(f"eagle3nb run: embedded default at size {size} (target {c.target} = SmolLM2-135M-Instruct from PyPI, "

@@ -77,6 +77,7 @@ def _greedy_batch(model, prompts:list, max_new_tokens:int, eos:set, tail:int, au
             if aux is not None and not tails[i]: auxs[i].append(aux[b, :1])   # an answer token's states
     return [{"output": o, "tail": t, "aux": torch.cat(a) if a else None} for o, t, a in zip(outs, tails, auxs)]
 
+# %% ../nbs/10a_replay.ipynb #603dbb07
 def _cut(ids:list, eos:set, max_new_tokens:int, tail:int) -> dict:
     "An EOS-ignoring run split into the answer (to its first EOS, kept, or `max_new_tokens`) and the tail after it."
     n = next((j + 1 for j, t in enumerate(ids[:max_new_tokens]) if t in eos), min(max_new_tokens, len(ids)))

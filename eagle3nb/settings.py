@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib, typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from .core import Run, STAGES, InputError, read_json
+from .core import DEFAULT_RUN, Run, STAGES, InputError, read_json
 from .prompts import PrepareConfig
 from .generate import GenerateConfig
 from .validate import ValidateConfig
@@ -26,7 +26,7 @@ __all__ = ['SECTION', 'RENAMED', 'MAIN_JOB', 'SIZES', 'PipelineConfig', 'config_
 @dataclass
 class PipelineConfig:
     "Every setting of the main job: one section per stage, each the stage's own config dataclass."
-    run: str = "runs/default"  # run directory: every stage writes its own subdirectory
+    run: str = DEFAULT_RUN  # run directory: every stage writes its own subdirectory
     target: str = "smollm2"  # a model directory or a built-in name
     data: PrepareConfig = field(default_factory=PrepareConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)

@@ -72,3 +72,17 @@ def test_one_subject_a_reader_can_hold():
     "No generated module over 600 lines (the index `_modidx.py` is nbdev's, not a subject)."
     big = {m: n for m in notebooks() if (n := len((PKG/f"{m}.py").read_text().splitlines())) > 600}
     assert not big, f"modules over 600 lines (split by subject): {big}"
+
+RUN_PATH = re.compile(r"""\b(?:self\.)?run\s*/\s*["'f]|Path\(run\)\s*/|["']runs/default["']""")
+
+def test_run_paths_have_one_home():
+    "No module but `core` (where `Run` names them) builds a run-directory path by hand or writes the default run."
+    found = [f"{p.name}:{i}: {line.strip()}" for p in sorted(PKG.glob("*.py")) if p.stem not in ("core", "_modidx")
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if RUN_PATH.search(line.split("#")[0]) and not line.lstrip().startswith(("(", '"', "'"))]
+    assert not found, "\n".join(found)
+
+def test_the_run_path_check_sees_a_hand_built_path(tmp_path):
+    "The pattern catches the shapes it is for (and so can fail)."
+    for s in ('out = run/"train"/"drafter"', "p = Path(run) / 'evaluate'", 'd = self.run/"spool"', 'run="runs/default"'):
+        assert RUN_PATH.search(s), s

@@ -35,3 +35,16 @@ def test_readme_result_table_is_what_the_result_files_say(monkeypatch):
     shown = "".join(o["data"]["text/markdown"] for o in c["outputs"] if "text/markdown" in o.get("data", {}))
     assert ns["table"] == shown, "the table is stale: run nbs/index.ipynb's table cell, then scripts/readme.py"
     assert shown in (ROOT/"README.md").read_text()
+
+def test_the_headline_is_recomputed_from_the_committed_per_prompt_records():
+    "Every pooled figure of the small main job's table (held-out and sealed, T = 0 and served) from its per-prompt file."
+    import json
+    from eagle3nb.power import headline_from_per_prompt
+    res = ROOT/"nbs"/"results"
+    rep = json.loads((res/"small_report.json").read_text())
+    s = rep["sampled"]
+    blocks = [(0.0, "heldout", rep["power"]), (0.0, "sealed", rep["sealed"]["power"]),
+              (s["temperature"], "heldout", s["power"]), (s["temperature"], "sealed", s["sealed"]["power"])]
+    for t, which, p in blocks:
+        h = headline_from_per_prompt(res/"small_per_prompt.jsonl", which, ks=p["k"], temperature=t)
+        assert (h["n_prompts"], h["tokens_per_forward"]) == (p["n_prompts"], p["tokens_per_forward"]), (t, which)
