@@ -84,5 +84,6 @@ def test_run_paths_have_one_home():
 
 def test_the_run_path_check_sees_a_hand_built_path(tmp_path):
     "The pattern catches the shapes it is for (and so can fail)."
-    for s in ('out = run/"train"/"drafter"', "p = Path(run) / 'evaluate'", 'd = self.run/"spool"', 'run="runs/default"'):
+    shapes = ('out = run/"train"/"drafter"', "p = Path(run) / 'evaluate'", 'd = self.run/"spool"', 'run="runs/default"')
+    for s in shapes:
         assert RUN_PATH.search(s), s

@@ -37,7 +37,7 @@ def test_readme_result_table_is_what_the_result_files_say(monkeypatch):
     assert shown in (ROOT/"README.md").read_text()
 
 def test_the_headline_is_recomputed_from_the_committed_per_prompt_records():
-    "Every pooled figure of the small main job's table (held-out and sealed, T = 0 and served) from its per-prompt file."
+    "Each pooled figure of the small job's table (held-out and sealed, T = 0 and served), from its per-prompt file."
     import json
     from eagle3nb.power import headline_from_per_prompt
     res = ROOT/"nbs"/"results"
