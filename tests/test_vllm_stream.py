@@ -84,7 +84,7 @@ def test_kill_9_of_the_trainer_then_rerun(setup):
             f"train({str(st)!r}, target='smollm2', progress=False, source='stream', "
             f"capture=t.CaptureConfig(urls=[{s['url']!r}]), spool_gb={CAP_GB}, **t.KW)")
     watch = SpoolWatch(st/"spool")
-    kill_at_checkpoint(subprocess.Popen([sys.executable, "-c", code], start_new_session=True), st, 600)
+    kill_at_checkpoint([sys.executable, "-c", code], st, 4)   # it waits after checkpoint 4 until killed
     killed = stream_report(st)
     from eagle3nb.train import train
     train(st, target="smollm2", progress=False, source="stream", capture=CaptureConfig(urls=[s["url"]]),
