@@ -5,7 +5,6 @@
 # %% ../nbs/10ba_kinds.ipynb #cd8fe4d3
 from __future__ import annotations
 import random
-from .core import InputError
 from .metrics import walk
 from .templates import derive_profile
 from .segment import KIND_GROUPS, accepted_by_kind, kind_groups, segment_output

@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_train.ipynb #a5f8c244
 from __future__ import annotations
-import functools, json, math, os, time
+import functools, json, math, time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 import torch
