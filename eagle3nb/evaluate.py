@@ -17,7 +17,7 @@ from .metrics import tau_sim
 from .decode import sweep
 from .replay import (by_k_row, configurations_chosen_among, greedy_runs, measure_replay, ngram_name, peak_ks,
                              per_prompt_records, prompt_texts, replay_prompts)
-from .kinds import acceptance_by_kind
+from .kinds import acceptance_by_kind, acceptance_by_mode
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
 
 # %% auto #0
@@ -274,7 +274,9 @@ def _named(res:dict, methods:dict) -> dict:
 def _lines(per:list, recs:list, which:str, methods:dict, texts:dict, sampling:dict|None, seeds:list|None) -> list:
     "A set's lines of `per_prompt.jsonl`, each with the temperature its answer was drawn at and, sampled, its seed."
     seed, T = dict(zip([r["id"] for r in recs], seeds or [])), sampling["temperature"] if sampling else 0.0
-    return [{**q, "temperature": T, **({"seed": seed[q["id"]]} if sampling else {})}
+    mode = {r["id"]: m for r in recs if (m := (r.get("options") or {}).get("thinking")) is not None}
+    return [{**q, "temperature": T, **({"seed": seed[q["id"]]} if sampling else {}),
+             **({"thinking": mode[q["id"]]} if q["id"] in mode else {})}
             for q in per_prompt_records(per, recs, which, methods, texts)]
 
 def _peak(ks:dict, m:str, measured:list) -> dict|None:
@@ -308,6 +310,7 @@ def heldout_power(es:EvalSetup, recs:list, runs:list, texts:dict, sampling:dict|
     if len(ks) == 2:
         out["power"] = power_block(lines, ks, c.max_new_tokens, c.resamples, c.seed)
         out["top_wins"] = top_wins(lines, ks)
+        out["by_mode"] = acceptance_by_mode(lines, ks, c.max_new_tokens, c.resamples, c.seed)
     return out
 
 # %% ../nbs/10c_evaluate.ipynb #dd30a8ae
@@ -405,7 +408,7 @@ def costs_step(es:EvalSetup, recs:list, outputs:list, by_k:dict) -> tuple:
 
 # %% ../nbs/10c_evaluate.ipynb #72237806
 _SAMPLED_KEYS = ("power", "by_k", "best", "ngram_settings", "ngram_chosen", "ngram_peak", "eagle3_peak", "top_wins",
-                 "engine", "choices", "by_kind")
+                 "engine", "choices", "by_kind", "by_mode")
 
 def build_report(run, es:EvalSetup, prompts, sealed, recs:list, p:dict # the steps' results, by name
                 ) -> dict:

@@ -207,6 +207,7 @@ class ExportConfig:
     k: int | None = None  # K written into the speculators config (default: the evaluation's recommended K, else 3)
     vllm_check: str = "never"  # auto: where a vLLM venv exists, serve the export on the sealed prompts (11a); never
     vllm_concurrency: int = 1  # the check's requests in flight (1: one at a time, as eagle3nb's replay decodes them)
+    vllm_n_prompts: int | None = None  # the check's sealed prompts, greedy and at the served sampling (None: all)
 
 # %% ../nbs/11_export.ipynb #06727b81
 def export(run, fmt:str, # "sglang" or "speculators"

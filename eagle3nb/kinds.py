@@ -11,7 +11,7 @@ from .segment import KIND_GROUPS, accepted_by_kind, kind_groups, segment_output
 from .replay import NgramIndex, _leading, chain_drafts
 
 # %% auto #0
-__all__ = ['cycle_log', 'kind_counts', 'pool_kinds', 'acceptance_by_kind']
+__all__ = ['cycle_log', 'kind_counts', 'pool_kinds', 'acceptance_by_kind', 'acceptance_by_mode']
 
 # %% ../nbs/10ba_kinds.ipynb #81b25b47
 def cycle_log(method:str, # "eagle3" or "ngram"
@@ -95,3 +95,13 @@ def acceptance_by_kind(es, # `evaluate.EvalSetup` with its models open
             cyc = cycle_log(m, seq, len(p), len(o), k, d, tuple(ngram or (2, 4)))
             per[m].append((r.get("conversation", r["id"]), kind_counts(segs, len(p), len(o), cyc)))
     return {m: pool_kinds(v, es.cfg.resamples // 2, es.cfg.seed) for m, v in per.items()}
+
+# %% ../nbs/10ba_kinds.ipynb #c4e6deea
+def acceptance_by_mode(lines:list, # a set's per-prompt lines (`per_prompt.jsonl`), each with `thinking` where known
+                       ks:dict, # method → the K chosen on all the set's prompts
+                       max_new_tokens:int, resamples:int=2000, seed:int=0) -> dict|None:
+    "`{on|off: power_block}` over each reasoning mode's prompts, where the set holds both; else None."
+    from eagle3nb.power import power_block
+    modes = {m: [q for q in lines if q.get("thinking") is v] for m, v in (("on", True), ("off", False))}
+    if not (modes["on"] and modes["off"]) or len(ks) < 2: return None
+    return {m: power_block(qs, ks, max_new_tokens, resamples, seed) for m, qs in modes.items()}

@@ -14,7 +14,8 @@ import torch
 
 
 # %% auto #0
-__all__ = ['PENALTIES', 'apply_penalties', 'sample_tokens', 'processed_probs', 'default_threads', 'LocalEngine']
+__all__ = ['PENALTIES', 'CANDIDATES', 'apply_penalties', 'sample_tokens', 'nucleus', 'processed_probs', 'default_threads',
+           'LocalEngine']
 
 # %% ../nbs/03b_local.ipynb #c446b494
 PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
@@ -55,25 +56,42 @@ def sample_tokens(logits, # `[rows, vocab]` logits of the last position
     if not hot: return out
     V = logits.shape[-1]
     def filtered(s): return (s.top_k and 0 < s.top_k < V) or s.min_p > 0 or s.top_p < 1
-    for group in ([i for i in hot if not filtered(samplings[i])], [i for i in hot if filtered(samplings[i])]):
-        if not group: continue                 # a row's path depends on its own settings only, never on its neighbours'
-        x = logits[group].float() / torch.tensor([samplings[i].temperature for i in group])[:, None]
-        si = None
-        if filtered(samplings[group[0]]):
-            top_k = torch.tensor([samplings[i].top_k if 0 < samplings[i].top_k < V else V for i in group])[:, None]
-            min_p = torch.tensor([samplings[i].min_p for i in group])[:, None]
-            top_p = torch.tensor([samplings[i].top_p for i in group])[:, None]
-            x, si = torch.sort(x, -1, descending=True)
-            x = x.masked_fill(torch.arange(V)[None] >= top_k, float("-inf"))   # top-k
+    plain = [i for i in hot if not filtered(samplings[i])]
+    if plain:                                  # a row's path depends on its own settings only, never on its neighbours'
+        x = logits[plain].float() / torch.tensor([samplings[i].temperature for i in plain])[:, None]
         p = torch.softmax(x, -1)
-        if si is not None:
-            p = p.masked_fill(p < min_p * p[:, :1], 0)                       # min-p (relative to the most likely token)
-            p = p / p.sum(-1, keepdim=True)
-            p = p.masked_fill((p.cumsum(-1) - p) > top_p, 0)                   # top-p (the first token always stays)
-        for j, i in enumerate(group):
-            t = int(torch.multinomial(p[j], 1, generator=gens[i]))
-            out[i] = t if si is None else int(si[j, t])
+        for j, i in enumerate(plain): out[i] = int(torch.multinomial(p[j], 1, generator=gens[i]))
+    for i in hot:
+        if filtered(samplings[i]):
+            p, ids = nucleus(logits[i].float() / samplings[i].temperature, samplings[i])
+            out[i] = int(ids[int(torch.multinomial(p, 1, generator=gens[i]))])
     return out
+
+CANDIDATES = 256   # the most likely tokens a filtered row is first drawn among (a nucleus wider than that: all of them)
+
+def nucleus(x, # one row's `[V]` logits, divided by its temperature
+            s, # its `Sampling` (top-k, min-p, top-p)
+           ) -> tuple:
+    ("`(p, ids)`: the row's distribution after top-k, min-p and top-p (vLLM's order), over the token `ids` it can "
+     "draw: the best `CANDIDATES` where they hold all of it (no sort of the vocabulary), else the sorted vocabulary.")
+    V = x.shape[-1]
+    k = s.top_k if 0 < s.top_k < V else V
+    if k <= CANDIDATES:   # top-k inside the candidates: their softmax is the row's
+        xs, ids = torch.topk(x, k)
+        p = torch.softmax(xs, -1)
+    elif k == V and s.min_p == 0:   # the candidates' probabilities under the whole vocabulary's softmax
+        xs, ids = torch.topk(x, CANDIDATES)
+        p = torch.exp(xs - torch.logsumexp(x, -1))
+        if float(p.sum()) <= s.top_p: p = None   # the nucleus reaches past the candidates
+    else: p = None
+    if p is None:
+        xs, ids = torch.sort(x, descending=True)
+        p = torch.softmax(xs.masked_fill(torch.arange(V) >= k, float("-inf")), -1)
+    p = p.masked_fill(p < s.min_p * p[0], 0)            # min-p (relative to the most likely token)
+    p = p / p.sum()
+    p = p.masked_fill((p.cumsum(-1) - p) > s.top_p, 0)   # top-p (the first token always stays)
+    return p / p.sum(), ids
+
 
 # %% ../nbs/03b_local.ipynb #33243dd5
 def processed_probs(logits, # `[V]` or `[rows, V]` logits

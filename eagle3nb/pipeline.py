@@ -263,25 +263,37 @@ def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     return s + (f"; {_vllm_check(c, run)}" if c.export.vllm_check == "auto" else "")
 
 def _vllm_check(c:PipelineConfig, run:Path) -> str:
-    "Serve the speculators export with vLLM on the sealed prompts at the drafter's best K: vLLM's counters, recorded."
-    from eagle3nb.vllm_check import vllm_check, vllm_python
-    rp, out = Run(run).eval_report, Run(run).vllm_check
-    rep = read_json(rp) if rp.exists() else {}
-    s = rep.get("sealed") or {}
+    ("Serve the speculators export with vLLM on the sealed prompts at the drafter's held-out K, greedy and at the "
+     "served sampling: vLLM's counters beside the replay's on the same prompts, recorded.")
+    from eagle3nb.vllm_check import replay_row, vllm_check, vllm_python
+    r = Run(run)
+    rep = read_json(r.eval_report) if r.eval_report.exists() else {}
+    s, sm = rep.get("sealed") or {}, rep.get("sampled") or {}
     b = (s.get("best") or {}).get("eagle3")
     why = ("no vLLM venv (scripts/setup_vllm.sh makes one)" if not vllm_python() else
            "no speculators export ([export] formats)" if "speculators" not in c.export.formats else
            "no sealed prompts measured ([evaluate] sealed_n_prompts)" if not b else None)
     if why: res = {"not_run": why}
     else:
-        res = vllm_check(Run(run).export("speculators"), Run(run).target, read_jsonl(Run(run).sealed_prompts),
-                         b["k"], s["max_new_tokens"], b, s["outputs"], Run(run).vllm_log,
-                         dtype=rep["config"]["dtype"], concurrency=c.export.vllm_concurrency)
-    write_json(out, res)
+        n = c.export.vllm_n_prompts or None
+        per = read_jsonl(r.per_prompt)
+        at = lambda t: [q for q in per if q["set"] == "sealed" and q.get("temperature", 0.0) == t][:n]
+        drawn = at(sm["temperature"]) if sm.get("temperature") else []
+        sampled = {**{x: sm[x] for x in ("temperature", "top_p", "top_k")}, "seeds": [q["seed"] for q in drawn],
+                   "records": drawn} if drawn else None
+        res = vllm_check(r.export("speculators"), r.target, read_jsonl(r.sealed_prompts)[:n], b["k"],
+                         s["max_new_tokens"], replay_row(at(0.0), b["k"]), s["outputs"], r.vllm_log,
+                         dtype=rep["config"]["dtype"], concurrency=c.export.vllm_concurrency, sampled=sampled)
+    write_json(r.vllm_check, res)
     if "not_run" in res: return f"vllm check: not run ({res['not_run']})"
-    v = res["vllm"]
-    return (f"vllm check: K={res['k']} on {res['n_prompts']} sealed prompts, vLLM τ {v['tau'] or 1:.3f} "
-            f"({v['tokens_per_forward'] or 0:.3f} tokens per target forward), eagle3nb τ {b['tau'] or 1:.3f}")
+    v, e = res["vllm"], res["eagle3nb"]
+    out = (f"vllm check: K={res['k']} on {res['n_prompts']} sealed prompts, vLLM τ {v['tau'] or 1:.3f} "
+           f"({v['tokens_per_forward'] or 0:.3f} tokens per target forward), eagle3nb τ {e['tau'] or 1:.3f}")
+    if d := res.get("sampled"):
+        out += (f"; at T={d['temperature']}: vLLM τ {d['vllm']['tau'] or 1:.3f}, "
+                f"replay τ {d['eagle3nb']['tau'] or 1:.3f}"
+                f", {'within' if d['within_band']['all'] else 'OUTSIDE'} the replay's band")
+    return out
 
 _STAGE_FNS = {"prepare": _stage_prepare, "generate": _stage_generate, "validate": _stage_validate,
               "context": _stage_context, "capture": _stage_capture, "train": _stage_train, "evaluate": _stage_evaluate,

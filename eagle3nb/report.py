@@ -291,7 +291,8 @@ def _vllm_blocks(run:Path) -> list:
             f"{'equal' if eq else 'differ from'} the target's greedy answers ({c['prompts_equal_expected']} of "
             f"{c['n_prompts']} prompts identical)")
     return b + [("p", f"vLLM served the target with the speculators export at K={c['k']} on {c['n_prompts']} "
-                      f"prompts, one at a time, greedy, {c['max_new_tokens']} new tokens each, in {v['seconds']:.0f} s"
+                      f"sealed prompts ({c.get('concurrency', 1)} in flight), greedy, {c['max_new_tokens']} new tokens "
+                      f"each, in {v['seconds']:.0f} s"
                       + (f" after a {c['startup_seconds']:.0f} s start" if c.get("startup_seconds") else "")
                       + f". Its answers {same}. Only τ and the per-position acceptance are independent checks: "
                       "vLLM's tokens per target forward is derived from its draft counts."),
@@ -302,7 +303,25 @@ def _vllm_blocks(run:Path) -> list:
                   ["drafts", v["drafts"], f(e.get("drafts")), f(d.get("drafts"))],
                   ["accepted", v["accepted"], f(e.get("accepted")), f(d.get("accepted"))],
                   ["per-position acceptance", pos(v), pos(e), " ".join(f"{x:+.2f}" for x in d.get("per_position", []))
-                   or "—"]])]
+                   or "—"]])] + _vllm_sampled_blocks(c.get("sampled"))
+
+def _vllm_sampled_blocks(s:dict|None) -> list:
+    "The same prompts drawn at the served sampling: vLLM's figures beside the replay's value, interval and band."
+    if not s: return []
+    v, band = s["vllm"], s["interval"]
+    got = {"tokens_per_forward": v["tokens_per_forward"],
+           **{f"position {i + 1}": x for i, x in enumerate(v["per_position"])}}
+    rng = lambda x: f"{x[0]:.3f}–{x[1]:.3f}"
+    rows = [[n.replace("_", " "), f"{got[n]:.3f}", f"{b['replay']:.3f}", rng(b["ci95"]), rng(b["band"]),
+             "yes" if s["within_band"].get(n) else "no"] for n, b in band.items() if n in got]
+    return [("p", f"Then the same prompts drawn at the served sampling (T = {s['temperature']}, top-p {s['top_p']}"
+                  f"{'' if (s.get('top_k') or -1) < 1 else ', top-k ' + str(s['top_k'])}), one seed a prompt. vLLM "
+                  "draws with its own generator, so its answers are other samples and its counters can only agree "
+                  "within sampling error: each figure is judged against the band in which an independent run of "
+                  "these prompts lands 95 % of the time (the replay's 95 % interval over conversations, √2 wider). "
+                  + ("Every figure lies in it." if s["within_band"]["all"] else
+                     "**Not every figure lies in it**: the export or the loop disagrees with vLLM when sampling.")),
+            ("table", ["", "vLLM", "eagle3nb (replay)", "95 % interval", "band", "vLLM in band"], rows)]
 
 # %% ../nbs/12a_report.ipynb #b156648e
 def _stage_blocks(run:Path, led:dict) -> list:
@@ -387,6 +406,21 @@ def _kind_blocks(rep:dict) -> list:
                   "began there ÷ those cycles, each method at its chosen K, 95% intervals over conversations:"),
             ("table", ["sampling", "method", "kind", "positions", "acceptance", "tokens per forward"], rows)]
 
+def _mode_blocks(rep:dict) -> list:
+    "Where the held-out prompts mix reasoning modes: the drafter beside n-gram on each mode's prompts alone."
+    rows, s = [], rep.get("sampled") or {}
+    for name, blk in (("T = 0", rep), (f"T = {s.get('temperature')}", s)):
+        for mode, p in (blk.get("by_mode") or {}).items():
+            ci = lambda m: f"{p['tokens_per_forward'][m]:.3f} [{p['ci95'][m][0]:.3f}–{p['ci95'][m][1]:.3f}]"
+            rows.append([name, f"thinking {mode}", p["n_prompts"], ci("eagle3"), ci("ngram"),
+                         f"{p['ratio']:.2f}× [{p['ci95']['ratio'][0]:.2f}–{p['ci95']['ratio'][1]:.2f}]", p["words"]])
+    if not rows: return []
+    return [("h2", "By reasoning mode"),
+            ("p", "The held-out prompts mix thinking on and off (`[data] thinking_share`); each mode's prompts alone, "
+                  "each method at the K chosen on all of them, tokens per target forward with 95% intervals over "
+                  "conversations:"),
+            ("table", ["sampling", "mode", "prompts", "eagle3", "ngram", "ratio", "verdict"], rows)]
+
 # %% ../nbs/12a_report.ipynb #4b6d2544
 def _screen_blocks(run:Path, rep:dict) -> list:
     "What drawing and screening the prompt sets passed over: too long, near duplicates of training prompts."
@@ -398,7 +432,8 @@ def _screen_blocks(run:Path, rep:dict) -> list:
     said += [f"{w} at evaluation: {len(v)} dropped as near duplicates of what the drafter trained on"
              for w, v in nd.items() if v is not None]
     if not said: return []
-    return [("p", "Prompt screens (8-gram Jaccard > 0.5 is a near duplicate): " + "; ".join(said) + ".")]
+    return [("p", "Prompt screens (a near duplicate shares more than half of the shorter prompt's content 8-grams): "
+                  + "; ".join(said) + ".")]
 
 def report_blocks(run) -> list:
     "The report of a run as blocks, from its manifests, its evaluation report and its plots."
@@ -415,6 +450,7 @@ def report_blocks(run) -> list:
     k_plot = run.eval_plots/"acceptance_vs_k.png"
     k_plot = k_plot if rep and k_plot.exists() else None
     return b + (_headline_blocks(rep, k_plot) + _verdict_blocks(rep) + _sealed_blocks(rep) + _kind_blocks(rep) +
+                _mode_blocks(rep) +
                _screen_blocks(run, rep) if rep else []) + \
         _vllm_blocks(run) + \
         _stage_blocks(run, led) + _plot_blocks(run, (k_plot,)) + _serve_blocks(run, target, rep)

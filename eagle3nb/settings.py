@@ -101,11 +101,12 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
               "norm_before_fc": True, "norm_output": True,   # EAGLE-3.1's norms: #35 round 2 (SGLang >= 0.5.17)
               "eval_every": 40, "ckpt_every": 40,
               "loss_chunk": 0},   # N = 4,096 on 1,024-token batches: 48 MiB of logits; chunks would only cost time
-    "evaluate": {"n_prompts": 64, "ks": [1, 3], "max_new_tokens": 256, "sealed_n_prompts": 32, "loop_n_prompts": 8,
+    "evaluate": {"n_prompts": 64, "ks": [1, 3], "max_new_tokens": 256, "sealed_n_prompts": 32, "loop_n_prompts": 4,
                  "tuning_n_prompts": 64,   # written for bench/recipes.py, never measured by the main job
-                 "loop_max_new_tokens": 64,   # the wall-clock loop on a labelled subset; the rest is replayed
+                 "loop_max_new_tokens": 32,   # the real loop on a labelled subset, beside the replay (#42: time)
                  "batch_size": 16},   # from batched greedy runs: enough prompts to decide, in minutes
-    "export": {"vllm_check": "auto", "vllm_concurrency": 8},   # vLLM's counters on every sealed prompt
+    "export": {"vllm_check": "auto", "vllm_concurrency": 8,   # vLLM's counters on 16 sealed prompts, greedy (equal
+               "vllm_n_prompts": 16},                           # to the replay) and sampled (in its band)
 }
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"n_prompts": 4, "max_new_tokens": 24},

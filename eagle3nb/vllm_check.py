@@ -11,7 +11,7 @@ import httpx
 
 # %% auto #0
 __all__ = ['NO_VLLM', 'vllm_python', 'VllmError', 'free_port', 'vllm_server', 'spec_counters', 'vllm_row', 'compare_rows',
-           'serve_prompts', 'vllm_check']
+           'replay_row', 'acceptance_interval', 'within_band', 'serve_prompts', 'sampled_pass', 'vllm_check']
 
 # %% ../nbs/11a_vllm_check.ipynb #77db18ac
 def vllm_python() -> str|None:
@@ -127,19 +127,67 @@ def compare_rows(vllm:dict, ours:dict|None) -> dict|None:
             "drafts": sub("drafts"), "accepted": sub("accepted"),
             "drafts_pct": r(100 * (vllm["drafts"] - ours["drafts"]) / ours["drafts"]) if ours.get("drafts") else None}
 
+# %% ../nbs/11a_vllm_check.ipynb #b5fc69ad
+def replay_row(records:list, # per-prompt records (`evaluate/per_prompt.jsonl` lines) of the prompts served
+               k:int, method:str="eagle3") -> dict:
+    "eagle3nb's replay counters of `method` at `k`, summed over `records`, as a row like `vllm_row`'s."
+    cells = [r["by_k"][method][str(k)] for r in records]
+    d = {n: sum(c[n] for c in cells) for n in ("drafts", "draft_tokens", "target_forwards")}
+    d["accepted_per_pos"] = [sum(x) for x in zip(*(c["accepted_per_pos"] for c in cells))]
+    d["accepted"], toks = sum(d["accepted_per_pos"]), sum(r["output_tokens"] for r in records)
+    r5 = lambda x: round(x, 5)
+    return {"k": k, "tau": r5(1 + d["accepted"] / d["drafts"]) if d["drafts"] else None,
+            "tokens_per_forward": r5(toks / d["target_forwards"]),
+            "per_position": [r5(a / d["drafts"]) if d["drafts"] else 0.0 for a in d["accepted_per_pos"]],
+            **d, "output_tokens": toks, "source": "replay"}
+
+def acceptance_interval(records:list, k:int, method:str="eagle3", resamples:int=2000, seed:int=0) -> dict:
+    ("Per figure (tokens per forward, acceptance at each position): the replay's value, its 95 % percentile interval "
+     "over conversations, and the `band` √2 wider each side where an independent run of these prompts lands.")
+    import numpy as np
+    convs = list(dict.fromkeys(r["conversation"] for r in records))
+    g, cells = np.array([convs.index(r["conversation"]) for r in records]), [r["by_k"][method][str(k)] for r in records]
+    sums = lambda xs: np.bincount(g, weights=np.asarray(xs, dtype=float), minlength=len(convs))
+    toks, fw = sums([r["output_tokens"] for r in records]), sums([c["target_forwards"] for c in cells])
+    dr, acc = sums([c["drafts"] for c in cells]), [sums([c["accepted_per_pos"][i] for c in cells]) for i in range(k)]
+    draws = np.random.default_rng(seed).integers(0, len(convs), size=(resamples, len(convs)))
+    figs = {"tokens_per_forward": (toks, fw), **{f"position {i + 1}": (a, dr) for i, a in enumerate(acc)}}
+    out = {}
+    for name, (num, den) in figs.items():
+        x = num.sum() / max(den.sum(), 1)
+        lo, hi = np.quantile(num[draws].sum(1) / np.maximum(den[draws].sum(1), 1), [0.025, 0.975])
+        out[name] = {"replay": round(float(x), 5), "ci95": [round(float(lo), 5), round(float(hi), 5)],
+                     "band": [round(float(x - 2 ** .5 * (x - lo)), 5), round(float(x + 2 ** .5 * (hi - x)), 5)]}
+    return out
+
+def within_band(vllm:dict, # `vllm_row`'s answer
+                interval:dict, # `acceptance_interval`'s
+               ) -> dict:
+    "Whether each of vLLM's figures lies in the replay's band, and `all` of them."
+    got = {"tokens_per_forward": vllm["tokens_per_forward"],
+           **{f"position {i + 1}": v for i, v in enumerate(vllm["per_position"])}}
+    ok = {n: interval[n]["band"][0] <= v <= interval[n]["band"][1] for n, v in got.items() if n in interval}
+    return {**ok, "all": all(ok.values())}
+
 # %% ../nbs/11a_vllm_check.ipynb #718b01fa
 def serve_prompts(url:str, prompts:list, # prompt_ids lists
                   max_new_tokens:int, timeout:float=600,
                   concurrency:int=1, # requests in flight (the counters are sums either way)
+                  sampling:dict|None=None, # `{temperature, top_p, top_k, seeds}`: each answer drawn, its own seed
                  ) -> list:
-    "Each prompt's greedy answer (ids) from the server's /v1/completions, `concurrency` requests at a time."
+    ("Each prompt's answer (ids) from the server's /v1/completions, greedy or drawn from `sampling` with the prompt's "
+     "seed, `concurrency` requests at a time.")
     from concurrent.futures import ThreadPoolExecutor
     with httpx.Client(base_url=url, timeout=timeout) as http:
         model = http.get("/v1/models").json()["data"][0]["id"]
         def one(ip):
             i, p = ip
-            r = http.post("/v1/completions", json={"model": model, "prompt": list(p), "max_tokens": max_new_tokens,
-                                                   "temperature": 0, "return_token_ids": True})
+            body = {"model": model, "prompt": list(p), "max_tokens": max_new_tokens, "temperature": 0,
+                    "return_token_ids": True}
+            if sampling:
+                body.update(temperature=sampling["temperature"], top_p=sampling["top_p"], seed=sampling["seeds"][i])
+                if (sampling.get("top_k") or 0) > 0: body["top_k"] = sampling["top_k"]
+            r = http.post("/v1/completions", json=body)
             if r.status_code != 200: raise VllmError(f"prompt {i}: the server answered {r.status_code}: {r.text[:500]}")
             ch = r.json()["choices"][0]
             if ch.get("prompt_token_ids") not in (None, list(p)):
@@ -159,6 +207,22 @@ def _expected(expected, ids:list) -> list|None:
     if expected is None: return None
     return [expected[i] for i in ids] if isinstance(expected, dict) else list(expected)
 
+# %% ../nbs/11a_vllm_check.ipynb #f400e63b
+def sampled_pass(url:str, ps:list, k:int, max_new_tokens:int, timeout:float, concurrency:int,
+                 sampled:dict, # `{temperature, top_p, top_k, seeds, records}` (records: the replay's, same prompts)
+                 before:str, # /metrics after the greedy pass
+                 log:Path) -> dict:
+    "The same prompts drawn at the served sampling: vLLM's counters beside the replay's, judged by its band."
+    started = time.time()
+    outs = serve_prompts(url, ps, max_new_tokens, timeout, concurrency, sampled)
+    seconds, after = time.time() - started, httpx.get(url + "/metrics", timeout=30).text
+    log.with_suffix(".metrics-sampled.txt").write_text(after)
+    row = vllm_row(spec_counters(before, k), spec_counters(after, k), len(ps), sum(map(len, outs)), seconds)
+    ours, band = replay_row(sampled["records"], k), acceptance_interval(sampled["records"], k)
+    return {"temperature": sampled["temperature"], "top_p": sampled["top_p"], "top_k": sampled.get("top_k"),
+            "seeds": list(sampled["seeds"]), "vllm": row, "eagle3nb": ours, "difference": compare_rows(row, ours),
+            "interval": band, "within_band": within_band(row, band)}
+
 # %% ../nbs/11a_vllm_check.ipynb #9a20768c
 def vllm_check(export_dir, # a speculators export (`11_export`)
                target_dir, # the target model's directory
@@ -170,6 +234,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
                server_args:tuple=(), # more vLLM arguments, e.g. ("--tensor-parallel-size", "8")
                timeout:float=900,
                concurrency:int=1, # requests in flight (1: one at a time, as the replay decodes them)
+               sampled:dict|None=None, # `{temperature, top_p, top_k, seeds, records}`: a second pass, drawn
               ) -> dict:
     "vLLM serving the export at K: its counters' τ, tokens per forward, outputs vs expected, beside eagle3nb's row."
     log = Path(log or Path(tempfile.mkdtemp(prefix="vllm-check-"))/"server.log")
@@ -189,6 +254,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
             started, before = time.time(), httpx.get(url + "/metrics", timeout=30).text
             outs = serve_prompts(url, ps, max_new_tokens, timeout, concurrency)
             seconds, after = time.time() - started, httpx.get(url + "/metrics", timeout=30).text
+            if sampled: drawn = sampled_pass(url, ps, k, max_new_tokens, timeout, concurrency, sampled, after, log)
         for name, text in (("before", before), ("after", after)):
             log.with_suffix(f".metrics-{name}.txt").write_text(text)
         row = vllm_row(spec_counters(before, k), spec_counters(after, k), len(ps), sum(map(len, outs)), seconds)
@@ -196,4 +262,5 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
     return {**head, "vllm": row, "startup_seconds": round(started - t0, 1),
             "outputs_equal_expected": None if want is None else outs == want,
             "prompts_equal_expected": None if want is None else sum(o == w for o, w in zip(outs, want)),
-            "eagle3nb": eagle3nb_row, "difference": compare_rows(row, eagle3nb_row)}
+            "eagle3nb": eagle3nb_row, "difference": compare_rows(row, eagle3nb_row),
+            **({"sampled": drawn} if sampled else {})}

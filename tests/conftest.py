@@ -133,13 +133,30 @@ def vllm_spec_check(tmp_path_factory):
     local = [g.output_ids for g in eng.generate_batch([p for _, p in cases], Sampling(max_new_tokens=N))]
     ours, stats = run_prompts(eng.model, cases, N, eos_ids(eng.target.path, tok), drafter=d, k=K, method="eagle3")
     row = replay(eng.model, d, cases, local, [K], [])["eagle3"][0]
+    sampled = drawn_records(eng, d, cases, N, K)        # the same prompts drawn at T = 0.8, replayed
     export = export_speculators(d, tmp_path_factory.mktemp("export")/"smollm2-eagle3", speculative_tokens=K)
     del eng
     log = tmp_path_factory.mktemp("vllm")/"server.log"
     res = vllm_check(export, d.config.target, [{"id": i, "prompt_ids": p} for i, p in cases], K, N,
-                     eagle3nb_row=row, expected_outputs={i: o for (i, _), o in zip(cases, local)}, log=log, python=py)
+                     eagle3nb_row=row, expected_outputs={i: o for (i, _), o in zip(cases, local)}, log=log, python=py,
+                     sampled=sampled)
     if "not_run" in res: pytest.fail(res["not_run"])
-    return {"result": res, "cases": cases, "local": local, "ours": ours, "stats": stats, "row": row, "log": log}
+    return {"result": res, "cases": cases, "local": local, "ours": ours, "stats": stats, "row": row, "log": log,
+            "sampled": sampled}
+
+def drawn_records(eng, d, cases:list, n:int, k:int, temperature:float=0.8, top_p:float=0.9) -> dict:
+    "`vllm_check`'s `sampled`: one seeded answer a prompt from the local engine at that sampling, replayed at `k`."
+    from eagle3nb.models import eos_ids
+    from eagle3nb.protocol import Sampling
+    from eagle3nb.replay import greedy_runs, per_prompt_records, replay_prompts
+    seeds = [1000 + i for i in range(len(cases))]
+    runs = greedy_runs(eng.model, [p for _, p in cases], n, eos_ids(eng.target.path, eng.target.tokenizer), k,
+                       d.config.aux_layers_hf, 8, eng, Sampling(max_new_tokens=n, temperature=temperature, top_p=top_p),
+                       seeds)
+    per = replay_prompts(eng.model, d, cases, runs, [k], [])
+    recs = [{"id": i, "prompt_ids": p, "conversation": i} for i, p in cases]
+    return {"temperature": temperature, "top_p": top_p, "top_k": -1, "seeds": seeds,
+            "records": per_prompt_records(per, recs, "sealed", {"eagle3": "eagle3"}), "runs": runs}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (`pytest -m cuda`); skipped where none is visible")

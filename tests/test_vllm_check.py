@@ -43,6 +43,21 @@ def test_vllm_parity(vllm_spec_check):
     assert abs(v["tau"] - st.tau) <= 0.02
     assert abs(v["drafts"] - st.drafts) <= 0.02 * st.drafts
 
+@pytest.mark.vllm
+def test_vllm_at_served_sampling(vllm_spec_check):
+    "The same prompts drawn at T = 0.8: vLLM's counters lie in the band of eagle3nb's replay over its own samples."
+    s, res = vllm_spec_check["sampled"], vllm_spec_check["result"]["sampled"]
+    v, n = res["vllm"], len(vllm_spec_check["cases"])
+    json.dumps(res)
+    assert (res["temperature"], res["seeds"]) == (0.8, s["seeds"])
+    assert v["draft_tokens"] == K * v["drafts"] and v["target_forwards"] == n + v["drafts"]
+    assert res["eagle3nb"]["output_tokens"] == sum(len(r["output"]) for r in s["runs"])
+    greedy = vllm_spec_check["result"]["vllm"]
+    drawn = [r["output"] for r in s["runs"]]
+    assert drawn != vllm_spec_check["local"]                      # sampled answers, not the greedy ones
+    print(f"T=0.8: vLLM {v}\nreplay {res['eagle3nb']}\nband {res['interval']}\ngreedy vLLM τ {greedy['tau']}")
+    assert res["within_band"]["all"], res["within_band"]
+
 def _check(tmp_path, python, timeout=30):
     ex = tmp_path/"export"
     ex.mkdir(exist_ok=True)
