@@ -53,6 +53,7 @@ VARIANTS = {
     "init_layer": {"init_layer": "target"},
     "norms31": {"norm_before_fc": True, "norm_output": True},   # speculators' default for eagle3
     "fc_norm31": {"fc_norm": True, "norm_output": True},
+    "norms-off": {"norm_before_fc": False, "norm_output": False},   # EAGLE-3.1's norms left out (seeds.py)
     "labels_only": {"loss_positions": "labels"},
 }
 EAGLE_KS, NGRAM_KS = range(1, 11), range(1, 11)   # the evaluation's: the drafter past its training K, n-gram to 10
