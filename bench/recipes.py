@@ -112,7 +112,8 @@ def in_main_job_root(run:Path):
     "Work in the folder the main job of `run`'s capture ran in: its manifests name records relative to it."
     src, here = (run/"capture").resolve().parent, Path.cwd()
     run_field = json.loads((src/"pipeline_config.json").read_text())["run"]
-    os.chdir(str(src)[:-len(run_field)] if str(src).endswith(run_field.rstrip("/")) else here)
+    rel = not Path(run_field).is_absolute() and str(src).endswith(run_field.rstrip("/"))   # absolute: names are too
+    os.chdir(str(src)[:-len(run_field)] if rel else here)
     try: yield
     finally: os.chdir(here)
 
