@@ -142,3 +142,36 @@ def test_regen_config_changes_only_the_sampling(tmp_path):
     c = S.regen_config(tmp_path/"base", tmp_path/"r2", {"temperature": 0.2, "top_p": 0.9, "top_k": -1}, 0)
     assert c["generate"] == {"temperature": 0.2, "top_p": 0.9, "top_k": -1, "seed": 0, "max_new_tokens": 8}
     assert c["data"] == {"limit": 10} and c["run"] == str(tmp_path/"r2")
+
+
+def test_seeds_end_to_end_on_the_tiny_main_job(tiny_main_job, tmp_path):
+    "Two seeds × (default, epochs1) on the tiny run's tuning prompts at T=0 and at the served sampling, then reused."
+    from conftest import run
+    from eagle3nb.evaluate import prompt_seed
+    base, out = tmp_path/"base", tmp_path/"seeds"
+    py, flags = sys.executable, ["--base", str(base), "--out", str(out), "--size", "tiny", "--max_new_tokens", "8"]
+    r = run([py, str(ROOT/"bench"/"recipes.py"), "--from_run", str(tiny_main_job), "--base", str(base),
+             "--size", "tiny"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run([py, str(ROOT/"bench"/"seeds.py"), *flags, "--seeds", "0,1", "--arms", "epochs1", "--resamples", "200"],
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((out/"seeds_results.json").read_text())
+    assert res["m"] == 2 and [(x["arm"], x["column"]) for x in res["rows"]] == [("epochs1", "greedy"),
+                                                                                ("epochs1", "served")]
+    assert all(x["holm"]["m"] == 2 and x["decision"] in ("adopt", "worse", "keep default") for x in res["rows"])
+    assert res["sampling"]["temperature"] == 0.2 and set(res["default"]["served"]["spread"]["per_seed"]) == {"0", "1"}
+    for d in ("baseline", "baseline-seed1", "epochs1", "epochs1-seed1"):
+        assert (out/d/"train"/"drafter").is_dir() and (out/d/"records"/"served-8.json").exists()
+    weights = lambda d: S.digest([S.file_digest(f) for f in sorted((out/d/"train"/"drafter").iterdir())])
+    assert weights("baseline") != weights("baseline-seed1")   # the seed changes the drafter
+    tune = [json.loads(x) for x in open(base/"tuning_prompts.jsonl")]
+    sampled = json.loads(next(out.glob("tuning_sampled_8_T0.2-p0.9-*.json")).read_text())
+    assert [x["seed"] for x in sampled["runs"]] == [prompt_seed(0, p["id"]) for p in tune]
+    recs = json.loads((out/"epochs1"/"records"/"served-8.json").read_text())["records"]
+    assert [x["output_tokens"] for x in recs] == [len(x["output"]) for x in sampled["runs"]]
+    assert all(x["temperature"] == 0.2 and "seed" in x for x in recs)
+    r = run([py, str(ROOT/"bench"/"seeds.py"), *flags, "--seeds", "0,1", "--arms", "epochs1", "--reuse_trained",
+             "--resamples", "200"], cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.count(": reused,") == 4, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json.loads((out/"seeds_results.json").read_text())["rows"][0]["ratio"] == res["rows"][0]["ratio"]
