@@ -28,7 +28,7 @@ drafter's (the evaluation chooses K on held-out prompts and reads the sealed one
 variant: the interval is over prompts only. The default's records are stored under OUT/baselines/, keyed by its
 exact training settings, base capture, tuning prompts, answer length and Ks, so a later invocation compares against
 them without retraining, and a changed setting never compares against a stale default (it trains the default again
-first)."""
+first). `bench/seeds.py` decides the same rows over training seeds (and at the served sampling)."""
 import argparse, hashlib, json, os, shlex, shutil, sys, time
 from contextlib import contextmanager
 from dataclasses import asdict

@@ -3,20 +3,29 @@ drafter replayed on the base run's tuning prompts at T=0 *and* at the target's s
 with the default by a bootstrap over seeds × conversations, the round's decisions corrected for how many were made.
 
     P=".venv/bin/python bench/seeds.py --base runs/base --out runs/seeds --size small --max_new_tokens 256"
-    $P --seeds 0,1,2 --reuse_trained --arms epochs2,norms-off                 # recipe re-decision (both samplings)
-    $P --make_regen runs/regen                                                # (a) the regenerated data: RUN2
-    $P --seeds 0,1,2 --reuse_trained --arms epochs2,norms-off --data_base runs/regen   # (b)+(c): + the regen arm, 2×2
-    $P --markdown                                                             # print OUT/seeds_results.json's tables
+    $P --seeds 0,1,2 --reuse_trained --arms epochs2,norms-off    # 1: recipe arms × 3 seeds, both columns, m = 4
+    $P --make_regen runs/regen                                   # 2: RUN2, answers drawn at the served sampling
+    $P --seeds 0,1,2 --reuse_trained --arms epochs2,norms-off --data_base runs/regen   # 3: + regen arm, 2×2, m = 6
+    $P --markdown                                                # the tables of OUT/seeds_results.json
 
-An **arm** is a VARIANTS entry of `recipes.py` (its overrides on the size's training settings) trained once per seed of
-`--seeds`; `train.seed` sets the drafter's initialisation, the batch order *and* the training held-out split (the
-records it validates on), so two seeds differ in all three. Seed k trains in `OUT/<arm>-seed<k>` and seed 0 in plain
-`OUT/<arm>`, the run directories `recipes.py --set seed=k <arm>` makes, so `--reuse_trained` reuses their drafters.
-`baseline` (the default) is always an arm. `--data_base RUN2` adds the arm `regen`: the default's settings trained on
-RUN2's capture, a run whose generated answers were drawn at the served sampling (`--make_regen RUN2` makes it from the
-base's own `pipeline_config.json`, only `[generate]` temperature, top-p, top-k and seed changed, and `check_regen`
-refuses it unless its prompts, context records and every other setting equal the base's); it is measured on the
-base's tuning prompts and answers like every arm.
+`--make_regen RUN2` runs the stages prepare, generate, validate, context, capture (`run_pipeline`) on the base's own
+`pipeline_config.json` with `[generate] temperature = 0.2, top_p = 0.9, top_k = -1, seed = 0` (the served sampling;
+per item the seed is `seed + sample`, so 0), then `check_regen`: for a base made by a plain `eagle3nb run`, as
+runs/default was, the same as `eagle3nb run --run RUN2 --stages prepare,generate,validate,context,capture --set
+generate.temperature=0.2 generate.top_p=0.9 generate.seed=0`. Drafters `recipes.py --set seed=k ARM` trained
+already are reused (`--reuse_trained`), and so are the T=0 records it wrote beside them (`recipes_records`).
+Each invocation rewrites OUT/seeds_results.json with the round of the arms it names.
+
+An **arm** is a VARIANTS entry of `recipes.py` (its overrides on the size's training settings) trained once per seed
+of `--seeds`; `train.seed` sets the drafter's initialisation, the batch order *and* the training held-out split (the
+records it validates on, left out of training), so two seeds differ in all three and train on different records.
+Seed k trains in `OUT/<arm>-seed<k>` and seed 0 in plain `OUT/<arm>`, the run directories `recipes.py --set seed=k
+<arm>` makes, so `--reuse_trained` reuses their drafters. `baseline` (the default) is always an arm. `--data_base
+RUN2` adds the arm `regen`: the default's settings trained on RUN2's capture, a run whose generated answers were
+drawn at the served sampling (`--make_regen RUN2` makes it from the base's own `pipeline_config.json`, only
+`[generate]` temperature, top-p, top-k and seed changed, and `check_regen` refuses it unless its prompts, context
+records and every other setting equal the base's); it is measured on the base's tuning prompts and answers like
+every arm.
 
 **Evaluation columns.** `greedy`: the target's greedy answers (`tuning_outputs_N.json`, `recipes.py`'s cache).
 `served`: one answer a tuning prompt drawn at the target's served sampling (`served_sampling`: the model card's T=0.2,
