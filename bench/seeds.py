@@ -186,6 +186,35 @@ def correct_round(rows:list, alpha:float=ALPHA) -> list:
     return out
 
 
+def round_results(recs:dict, # (arm, column, seed) → that drafter's per-prompt records
+                  arms:list, seeds:list, columns:list, regen:bool, resamples:int=RESAMPLES) -> dict:
+    ("The round from the records: every arm (and regen) ÷ the default in each column, Holm-corrected; the default's "
+     "seed spread (and each seed ÷ seed 0); the regeneration cells; n-gram for scale.")
+    by = lambda arm, col: [recs[arm, col, sd] for sd in seeds]
+    rows = []
+    for col in columns:
+        for arm in arms + ([REGEN] if regen else []):
+            r = compare_arms(by(arm, col), by("baseline", col), seeds, seeds, resamples)
+            rows.append({"kind": "regen" if arm == REGEN else "recipe", "arm": arm, "column": col,
+                         "overrides": VARIANTS["baseline" if arm == REGEN else arm], **r})
+    rows = correct_round(rows) if rows else []
+    default, ngram, cells = {}, {}, {}
+    for col in columns:
+        for arm in ["baseline"] + ([REGEN] if regen else []):
+            k = arm_k(by(arm, col))
+            g, t, f = arm_counts(by(arm, col), k)
+            cells.setdefault(arm, {})[col] = {"k": k, "tok_fwd": round(pooled(by(arm, col), k), 4),
+                                              "ci95": interval(seed_bootstrap(g, {arm: (t, f)}, resamples)[arm]),
+                                              "spread": spread(by(arm, col), k, seeds)}
+        d = by("baseline", col)
+        pairs = {str(sd): compare_arms([x], d[:1], [sd], seeds[:1], resamples) for sd, x in zip(seeds[1:], d[1:])}
+        default[col] = {**cells["baseline"][col], "seed_vs_seed0": {
+            sd: {"ratio": p["ratio"], "ci95": p["ci95"], "k": p["k"]["a"]} for sd, p in pairs.items()}}
+        kg = arm_k(d, "ngram")
+        ngram[col] = {"k": kg, "tok_fwd": round(pooled(d[:1], kg, "ngram"), 4)}
+    return {"m": len(rows), "rows": rows, "default": default, "ngram": ngram, "cells": cells}
+
+
 # --- rendering ----------------------------------------------------------------------------------------------------
 
 def _ci(x, ci) -> str: return f"{x:.3f} [{ci[0]:.3f}–{ci[1]:.3f}]"
@@ -211,9 +240,11 @@ def markdown(res:dict) -> str:
                 md_table(["arm", "answers", "K arm / default", "ratio [95 %]", "corrected [level]", "Holm p",
                           "arm per seed", "default per seed", "decision"], rows), ""]
     out += ["**The default's seed spread**", "",
-            md_table(["answers", "K", "pooled [95 %]", "per seed", "min–max ÷ pooled"],
+            md_table(["answers", "K", "pooled [95 %]", "per seed", "min–max ÷ pooled", "seed k ÷ seed 0 [95 %]"],
                      [[c, d["k"], _ci(d["spread"]["pooled"], d["ci95"]), _seeds(d["spread"]),
-                       f"{d['spread']['relative_range']:.3f}"] for c, d in res["default"].items()]), ""]
+                       f"{d['spread']['relative_range']:.3f}",
+                       "; ".join(f"{k}: {_ci(p['ratio'], p['ci95'])}" for k, p in d["seed_vs_seed0"].items())]
+                      for c, d in res["default"].items()]), ""]
     if res.get("regen"):
         g = res["regen"]
         cell = lambda arm, c: _ci(g["cells"][arm][c]["tok_fwd"], g["cells"][arm][c]["ci95"])
@@ -455,36 +486,18 @@ def main():
             print(f"{arm} seed {sd}: {t['how']}, " + ", ".join(
                 f"{col} {pooled([recs[arm, col, sd]], arm_k([recs[arm, col, sd]])):.3f}" for col in columns),
                 flush=True)
-    by = lambda arm, col: [recs[arm, col, sd] for sd in seeds]
-    rows = []
-    for col in columns:
-        for arm in arms + ([REGEN] if a.data_base else []):
-            r = compare_arms(by(arm, col), by("baseline", col), seeds, seeds, a.resamples)
-            rows.append({"kind": "regen" if arm == REGEN else "recipe", "arm": arm, "column": col,
-                         "overrides": VARIANTS["baseline" if arm == REGEN else arm], **r})
-    rows = correct_round(rows) if rows else []
-    default, ngram, cells = {}, {}, {}
-    for col in columns:
-        for arm in ["baseline"] + ([REGEN] if a.data_base else []):
-            k = arm_k(by(arm, col))
-            g, t, f = arm_counts(by(arm, col), k)
-            cells.setdefault(arm, {})[col] = {"k": k, "tok_fwd": round(pooled(by(arm, col), k), 4),
-                                              "ci95": interval(seed_bootstrap(g, {arm: (t, f)}, a.resamples)[arm]),
-                                              "spread": spread(by(arm, col), k, seeds)}
-        default[col] = cells["baseline"][col]
-        kg = arm_k(by("baseline", col), "ngram")
-        ngram[col] = {"k": kg, "tok_fwd": round(pooled(by("baseline", col)[:1], kg, "ngram"), 4)}
+    res = {**round_results(recs, arms, seeds, columns, bool(a.data_base), a.resamples), "trained": trained}
     res = {"base": str(base), "out": str(out), "size": a.size, "max_new_tokens": a.max_new_tokens, "seeds": seeds,
-           "tuning_prompts": len(tune), "columns": columns, "resamples": a.resamples, "alpha": ALPHA, "m": len(rows),
+           "tuning_prompts": len(tune), "columns": columns, "resamples": a.resamples, "alpha": ALPHA,
            "sampling": s, "sample_seed": a.sample_seed, "threads": torch.get_num_threads(),
            "k_rule": "per arm and column, the K with the highest tokens per forward pooled over all of the arm's "
                      "seeds on the tuning prompts (choose_k over the seeds' records together)",
            "seed_changes": "train.seed: the drafter's initialisation, the batch order and the training held-out split",
            "correction": "Holm–Bonferroni over the round's m comparisons; corrected interval at 1 − α/(m − rank)",
-           "rows": rows, "default": default, "ngram": ngram, "trained": trained,
-           "command": " ".join(["python bench/seeds.py"] + sys.argv[1:])}
-    if a.data_base:
-        res["regen"] = {"data_base": a.data_base, "check": regen_info, "cells": cells,
+           "command": " ".join(["python bench/seeds.py"] + sys.argv[1:]), **res}
+    if not a.data_base: res.pop("cells")
+    else:
+        res["regen"] = {"data_base": a.data_base, "check": regen_info, "cells": res.pop("cells"),
                         "sampling_words": f"T={s['temperature']}, top-p {s['top_p']}" if s else "sampled"}
     (out/"seeds_results.json").write_text(json.dumps(res, indent=1))
     print(markdown(res))

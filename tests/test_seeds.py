@@ -175,3 +175,23 @@ def test_seeds_end_to_end_on_the_tiny_main_job(tiny_main_job, tmp_path):
              "--resamples", "200"], cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.count(": reused,") == 4, r.stdout[-2000:] + r.stderr[-2000:]
     assert json.loads((out/"seeds_results.json").read_text())["rows"][0]["ratio"] == res["rows"][0]["ratio"]
+
+
+def test_round_results_and_their_tables():
+    "A round from synthetic records: recipe and regen rows Holm-corrected together, the cells, the tables."
+    seeds, cols = [0, 1, 2], ["greedy", "served"]
+    level = {("baseline", "greedy"): [1.8, 1.8, 1.8], ("epochs2", "greedy"): [2.4, 2.5, 2.45],
+             ("regen", "greedy"): [1.7, 1.9, 1.8], ("baseline", "served"): [1.5, 1.6, 1.55],
+             ("epochs2", "served"): [1.5, 1.6, 1.55], ("regen", "served"): [1.6, 1.7, 1.65]}
+    recs = {(a, c, sd): r for (a, c), xs in level.items() for sd, r in zip(seeds, arm(xs))}
+    res = S.round_results(recs, ["epochs2"], seeds, cols, True, resamples=1000)
+    assert res["m"] == 4 and [(r["kind"], r["arm"], r["column"]) for r in res["rows"]] == [
+        ("recipe", "epochs2", "greedy"), ("regen", "regen", "greedy"), ("recipe", "epochs2", "served"),
+        ("regen", "regen", "served")]
+    assert res["rows"][0]["decision"] == "adopt" and res["rows"][2]["decision"] == "keep default"
+    assert res["cells"]["regen"]["served"]["tok_fwd"] == pytest.approx(1.65, rel=0.05)
+    assert set(res["default"]["greedy"]["seed_vs_seed0"]) == {"1", "2"}
+    assert res["default"]["greedy"]["spread"]["relative_range"] == pytest.approx(0, abs=1e-9)
+    md = S.markdown({**res, "seeds": seeds, "columns": cols, "resamples": 1000, "alpha": 0.05, "k_rule": "pooled",
+                     "regen": {"cells": res["cells"], "sampling_words": "T=0.2, top-p 0.9"}})
+    assert "| epochs2 | greedy |" in md and "sampled ÷ greedy" in md and "seed k ÷ seed 0" in md
