@@ -171,10 +171,10 @@ def test_seeds_end_to_end_on_the_tiny_main_job(tiny_main_job, tmp_path):
     recs = json.loads((out/"epochs1"/"records"/"served-8.json").read_text())["records"]
     assert [x["output_tokens"] for x in recs] == [len(x["output"]) for x in sampled["runs"]]
     assert all(x["temperature"] == 0.2 and "seed" in x for x in recs)
-    r = run([py, str(ROOT/"bench"/"seeds.py"), *flags, "--seeds", "0,1", "--arms", "epochs1", "--reuse_trained",
-             "--resamples", "200"], cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.count(": reused,") == 4, r.stdout[-2000:] + r.stderr[-2000:]
-    assert json.loads((out/"seeds_results.json").read_text())["rows"][0]["ratio"] == res["rows"][0]["ratio"]
+    # again: the drafter is reused, and its records read back without a model (none is given)
+    from eagle3nb.settings import pipeline_config
+    assert S.train_seed(pipeline_config(size="tiny"), base, out, "epochs1", 1, True)["how"] == "reused"
+    assert S.drafter_records(None, out/"epochs1", tune, "served", sampled["runs"], 8, res["sampling"]) == recs
 
 
 def test_round_results_and_their_tables():
