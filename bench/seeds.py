@@ -55,6 +55,7 @@ import argparse, json, sys, time
 from dataclasses import asdict
 from pathlib import Path
 import numpy as np
+from eagle3nb.core import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recipes import (EAGLE_KS, NGRAM_KS, VARIANTS, digest, file_digest, in_main_job_root, items_len,  # noqa: E402
@@ -328,7 +329,7 @@ def drafter_records(model, run:Path, tune:list, column:str, answers:list, max_ne
      "column's answers, stored in RUN/records/ keyed by the drafter's weights and the answers.")
     from eagle3nb.drafter import load_drafter
     from eagle3nb.replay import per_prompt_records, replay_prompts
-    ddir = run/"train"/"drafter"
+    ddir = Run(run).drafter_dir
     key = {"drafter": digest([file_digest(f) for f in sorted(ddir.iterdir()) if f.is_file()]),
            "answers": digest(answers), "prompts": digest([(p["id"], p["prompt_ids"]) for p in tune]),
            "max_new_tokens": max_new_tokens, "eagle_ks": list(EAGLE_KS), "ngram_ks": list(NGRAM_KS)}
@@ -354,7 +355,7 @@ def store(path:Path, key:dict, recs:list, source:str) -> list:
 def recipes_records(run:Path, tune:list, outputs:list) -> list|None:
     ("The T=0 records `recipes.py` wrote beside this drafter (RUN/per_prompt.jsonl), where they are of these tuning "
      "prompts and greedy answers and were written after the drafter: the same replay, not run twice; else None.")
-    p, ddir = run/"per_prompt.jsonl", run/"train"/"drafter"
+    p, ddir = run/"per_prompt.jsonl", Run(run).drafter_dir   # recipes.py's file, beside the run's stages
     if not p.exists() or p.stat().st_mtime < max(f.stat().st_mtime for f in ddir.iterdir()): return None
     recs = [json.loads(x) for x in open(p)]
     if [(r["id"], r["output_tokens"]) for r in recs] != [(q["id"], len(o)) for q, o in zip(tune, outputs)]: return None
@@ -370,7 +371,7 @@ def train_seed(c, data_base:Path, out:Path, arm:str, seed:int, reuse:bool) -> di
     run = variant_run(data_base, out, seed_run_name(arm, seed), None, True)
     settings, t0 = arm_settings(c, arm, seed), time.time()
     if reuse and trained_as(run, settings):
-        m, how = read_manifest(run/"train"), "reused"
+        m, how = read_manifest(Run(run).train_dir), "reused"
     else:
         m, how = train(run, aux_layers=c.capture.aux_layers, fresh=True, progress=False, **settings), "trained"
     return {"run": str(run), "seed": seed, "how": how, "train_steps": m["counts"]["steps"],
@@ -478,7 +479,7 @@ def main():
             t = train_seed(c, data, out, arm, sd, a.reuse_trained)
             run = Path(t["run"])
             with in_main_job_root(data): t["heldout_check"] = check_drafter_heldout(
-                tune, run.resolve()/"train"/"drafter", "tuning prompts")
+                tune, Run(run.resolve()).drafter_dir, "tuning prompts")
             trained[f"{arm}/{sd}"] = t
             for col in columns:
                 recs[arm, col, sd] = drafter_records(model, run, tune, col, answers[col], a.max_new_tokens,
