@@ -195,3 +195,29 @@ def test_round_results_and_their_tables():
     md = S.markdown({**res, "seeds": seeds, "columns": cols, "resamples": 1000, "alpha": 0.05, "k_rule": "pooled",
                      "regen": {"cells": res["cells"], "sampling_words": "T=0.2, top-p 0.9"}})
     assert "| epochs2 | greedy |" in md and "sampled ÷ greedy" in md and "seed k ÷ seed 0" in md
+
+
+def test_recipes_records_are_adopted_only_when_they_fit(tmp_path):
+    "recipes.py's T=0 records beside a drafter: taken when of these prompts and answers and newer than the drafter."
+    import os
+    run, ddir = tmp_path/"baseline-seed1", tmp_path/"baseline-seed1"/"train"/"drafter"
+    ddir.mkdir(parents=True)
+    (ddir/"model.safetensors").write_text("w")
+    tune = [{"id": f"p{i}", "prompt_ids": [1, i]} for i in range(3)]
+    outputs = [[5] * 4, [6] * 2, [7] * 3]
+    cell = {"target_forwards": 2, "drafts": 1, "draft_tokens": 1, "accepted_per_pos": [1]}
+    recs = [{"id": t["id"], "conversation": t["id"], "set": "tuning", "output_tokens": len(o), "prompt": "",
+             "by_k": {"eagle3": {str(k): cell for k in S.EAGLE_KS}, "ngram": {str(k): cell for k in S.NGRAM_KS}}}
+            for t, o in zip(tune, outputs)]
+    write = lambda rs: (run/"per_prompt.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rs))
+    write(recs)
+    os.utime(ddir/"model.safetensors", (1, 1))
+    got = S.recipes_records(run, tune, outputs)
+    assert got == [{**r, "temperature": 0.0} for r in recs]
+    assert S.recipes_records(run, tune, [[5] * 4, [6] * 3, [7] * 3]) is None           # other answers
+    write([dict(r, by_k={**r["by_k"], "eagle3": {"1": cell}}) for r in recs])
+    assert S.recipes_records(run, tune, outputs) is None                               # other Ks
+    write(recs)
+    os.utime(ddir/"model.safetensors")                                                 # trained after the records
+    os.utime(run/"per_prompt.jsonl", (2, 2))
+    assert S.recipes_records(run, tune, outputs) is None
