@@ -40,14 +40,17 @@ tuning prompts (`choose_k` over the seeds' records together); every seed and eve
 **Interval.** Each resample draws conversations with replacement (the same draw for both arms: paired) and, for each
 arm independently, its seeds with replacement; an arm's figure is Σ output tokens ÷ Σ target forwards over the drawn
 seeds × drawn conversations, the resample's ratio is A's ÷ B's; percentile intervals (`seed_bootstrap`). With one seed
-(or seeds that agree exactly) it is `power.paired_bootstrap`'s interval, draw for draw.
+(or seeds that agree exactly) it is `power.paired_bootstrap`'s interval, draw for draw. With 3 seeds the seed draw
+takes 10 distinct multisets and its variance is (S − 1)/S of the seeds' own: it understates run-to-run spread a
+little, so the per-seed figures are printed beside every interval.
 
 **Decision.** Every comparison written in one invocation (each arm vs the default in each column, and regen ÷ default
 in each column) is one of the round's m tests. Each gets a bootstrap p (twice the share of resampled ratios on the far
 side of 1) and Holm–Bonferroni's step-down: the i-th smallest p is tested at α/(m − i + 1), α = 0.05, and the
 **corrected interval** is the percentile interval at that level. "adopt": the corrected interval's lower end is above
 1 (and every row with a smaller p was rejected: Holm stops at the first it keeps); "worse": its upper end below 1;
-else "keep default". The default's own seed spread is a row (per-seed tokens per forward, min–max). Results:
+else "keep default". The default's own seed spread is a row (per-seed tokens per forward, min–max, and each seed ÷
+seed 0 with its conversation-paired interval). Results:
 `OUT/seeds_results.json`; `markdown(results)` renders its tables.
 
 The K is chosen on the prompts the ratio is measured on: fine for choosing a recipe, never for a drafter's figure."""
