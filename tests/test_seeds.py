@@ -144,6 +144,7 @@ def test_regen_config_changes_only_the_sampling(tmp_path):
     assert c["data"] == {"limit": 10} and c["run"] == str(tmp_path/"r2")
 
 
+@pytest.mark.slow   # about 40 s of CPU beside the shared tiny run; 90 s wall on two loaded cores
 def test_seeds_end_to_end_on_the_tiny_main_job(tiny_main_job, tmp_path):
     "Two seeds × (default, epochs1) on the tiny run's tuning prompts at T=0 and at the served sampling, then reused."
     from conftest import run
