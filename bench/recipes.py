@@ -28,7 +28,7 @@ drafter's (the evaluation chooses K on held-out prompts and reads the sealed one
 variant: the interval is over prompts only. The default's records are stored under OUT/baselines/, keyed by its
 exact training settings, base capture, tuning prompts, answer length and Ks, so a later invocation compares against
 them without retraining, and a changed setting never compares against a stale default (it trains the default again
-first)."""
+first). `bench/seeds.py` decides the same rows over training seeds (and at the served sampling)."""
 import argparse, hashlib, json, os, shlex, shutil, sys, time
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -53,6 +53,7 @@ VARIANTS = {
     "init_layer": {"init_layer": "target"},
     "norms31": {"norm_before_fc": True, "norm_output": True},   # speculators' default for eagle3
     "fc_norm31": {"fc_norm": True, "norm_output": True},
+    "norms-off": {"norm_before_fc": False, "norm_output": False},   # EAGLE-3.1's norms left out (seeds.py)
     "labels_only": {"loss_positions": "labels"},
 }
 EAGLE_KS, NGRAM_KS = range(1, 11), range(1, 11)   # the evaluation's: the drafter past its training K, n-gram to 10
@@ -111,7 +112,8 @@ def in_main_job_root(run:Path):
     "Work in the folder the main job of `run`'s capture ran in: its manifests name records relative to it."
     src, here = (run/"capture").resolve().parent, Path.cwd()
     run_field = json.loads((src/"pipeline_config.json").read_text())["run"]
-    os.chdir(str(src)[:-len(run_field)] if str(src).endswith(run_field.rstrip("/")) else here)
+    rel = not Path(run_field).is_absolute() and str(src).endswith(run_field.rstrip("/"))   # absolute: names are too
+    os.chdir(str(src)[:-len(run_field)] if rel else here)
     try: yield
     finally: os.chdir(here)
 
