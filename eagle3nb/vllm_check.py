@@ -43,7 +43,7 @@ def _hint(log_text:str) -> str:
         return "no room for the weights and the KV cache: a smaller max_model_len or VLLM_CPU_KVCACHE_SPACE"
     return "read the log"
 
-# %% ../nbs/11a_vllm_check.ipynb #4d43ba5c
+# %% ../nbs/11a_vllm_check.ipynb #72384aca
 VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, applied only where broken.
 def _eagle3nb_fix_expand():
     import sys
@@ -170,7 +170,7 @@ def compare_rows(vllm:dict, ours:dict|None) -> dict|None:
             "drafts": sub("drafts"), "accepted": sub("accepted"),
             "drafts_pct": r(100 * (vllm["drafts"] - ours["drafts"]) / ours["drafts"]) if ours.get("drafts") else None}
 
-# %% ../nbs/11a_vllm_check.ipynb #0fe99475
+# %% ../nbs/11a_vllm_check.ipynb #a56597d5
 def replay_row(records:list, # per-prompt records (`evaluate/per_prompt.jsonl` lines) of the prompts served
                k:int, method:str="eagle3") -> dict:
     "eagle3nb's replay counters of `method` at `k`, summed over `records`, as a row like `vllm_row`'s."
@@ -197,10 +197,13 @@ def acceptance_interval(records:list, k:int, method:str="eagle3", resamples:int=
     figs = {"tokens_per_forward": (toks, fw), **{f"position {i + 1}": (a, dr) for i, a in enumerate(acc)}}
     out = {}
     for name, (num, den) in figs.items():
-        x = num.sum() / max(den.sum(), 1)
+        x, c, n = num.sum() / max(den.sum(), 1), num.sum(), max(den.sum(), 1)
         lo, hi = np.quantile(num[draws].sum(1) / np.maximum(den[draws].sum(1), 1), [0.025, 0.975])
+        band = [x - 2 ** .5 * (x - lo), x + 2 ** .5 * (hi - x)]
+        if name != "tokens_per_forward":   # a handful of acceptances: at least the rule of three's ±3 counts
+            band = [min(band[0], max(0.0, (c - 3) / n)), max(band[1], (c + 3) / n)]
         out[name] = {"replay": round(float(x), 5), "ci95": [round(float(lo), 5), round(float(hi), 5)],
-                     "band": [round(float(x - 2 ** .5 * (x - lo)), 5), round(float(x + 2 ** .5 * (hi - x)), 5)]}
+                     "band": [round(float(b), 5) for b in band]}
     return out
 
 def within_band(vllm:dict, # `vllm_row`'s answer
@@ -250,7 +253,7 @@ def _expected(expected, ids:list) -> list|None:
     if expected is None: return None
     return [expected[i] for i in ids] if isinstance(expected, dict) else list(expected)
 
-# %% ../nbs/11a_vllm_check.ipynb #5e564e70
+# %% ../nbs/11a_vllm_check.ipynb #1c1ba316
 def sampled_pass(url:str, ps:list, k:int, max_new_tokens:int, timeout:float, concurrency:int,
                  sampled:dict, # `{temperature, top_p, top_k, seeds, records}` (records: the replay's, same prompts)
                  before:str, # /metrics after the greedy pass
