@@ -341,12 +341,30 @@ def drafter_records(model, run:Path, tune:list, column:str, answers:list, max_ne
     if sampling is None and (recs := recipes_records(run, tune, answers)) is not None:
         return store(path, key, recs, "bench/recipes.py's " + str(run/"per_prompt.jsonl"))
     d = load_drafter(ddir)
-    runs = [a if isinstance(a, list) else {"output": a["output"], "tail": a["tail"]} for a in answers]
+    runs = runs_with_aux(model, tune, answers, d.config.aux_layers_hf)
     per = replay_prompts(model, d, [(p["id"], p["prompt_ids"]) for p in tune], runs, EAGLE_KS, NGRAM_KS, [(2, 4)])
     recs = per_prompt_records(per, tune, "tuning", {"eagle3": "eagle3", "ngram": "ngram2-4"})
     T = sampling["temperature"] if sampling else 0.0
     recs = [{**r, "temperature": T, **({"seed": a["seed"]} if sampling else {})} for r, a in zip(recs, answers)]
     return store(path, key, recs, "replayed here")
+
+
+_AUX = {}   # one column's answers → their runs with the target's aux states, computed once for every drafter
+
+
+def runs_with_aux(model, tune:list, answers:list, aux_layers:list) -> list:
+    ("Each answer as `replay_prompts` takes it, `{output, tail, aux}`: the target's states of prompt + answer from one "
+     "prefill (and a greedy answer's tail), kept in memory so the target runs once a column, not once a drafter.")
+    from eagle3nb.replay import tail_and_aux
+    key = (digest(answers), tuple(aux_layers))
+    if key not in _AUX:
+        need, out = max(list(EAGLE_KS) + list(NGRAM_KS)), []
+        for p, a in zip(tune, answers):
+            o = a if isinstance(a, list) else a["output"]
+            tail, aux = tail_and_aux(model, p["prompt_ids"] + o, need if isinstance(a, list) else 0, aux_layers)
+            out.append({"output": o, "tail": tail if isinstance(a, list) else a["tail"], "aux": aux})
+        _AUX[key] = out
+    return _AUX[key]
 
 
 def store(path:Path, key:dict, recs:list, source:str) -> list:
