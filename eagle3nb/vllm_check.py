@@ -43,7 +43,7 @@ def _hint(log_text:str) -> str:
         return "no room for the weights and the KV cache: a smaller max_model_len or VLLM_CPU_KVCACHE_SPACE"
     return "read the log"
 
-# %% ../nbs/11a_vllm_check.ipynb #72384aca
+# %% ../nbs/11a_vllm_check.ipynb #5f34be9a
 VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, applied only where broken.
 def _eagle3nb_fix_expand():
     import sys
@@ -170,7 +170,7 @@ def compare_rows(vllm:dict, ours:dict|None) -> dict|None:
             "drafts": sub("drafts"), "accepted": sub("accepted"),
             "drafts_pct": r(100 * (vllm["drafts"] - ours["drafts"]) / ours["drafts"]) if ours.get("drafts") else None}
 
-# %% ../nbs/11a_vllm_check.ipynb #a56597d5
+# %% ../nbs/11a_vllm_check.ipynb #e7b6e712
 def replay_row(records:list, # per-prompt records (`evaluate/per_prompt.jsonl` lines) of the prompts served
                k:int, method:str="eagle3") -> dict:
     "eagle3nb's replay counters of `method` at `k`, summed over `records`, as a row like `vllm_row`'s."
@@ -253,9 +253,9 @@ def _expected(expected, ids:list) -> list|None:
     if expected is None: return None
     return [expected[i] for i in ids] if isinstance(expected, dict) else list(expected)
 
-# %% ../nbs/11a_vllm_check.ipynb #1c1ba316
+# %% ../nbs/11a_vllm_check.ipynb #6658f5fa
 def sampled_pass(url:str, ps:list, k:int, max_new_tokens:int, timeout:float, concurrency:int,
-                 sampled:dict, # `{temperature, top_p, top_k, seeds, records}` (records: the replay's, same prompts)
+                 sampled:dict, # `{temperature, top_p, top_k, seeds, records}` (records: the replay's of `ps`)
                  before:str, # /metrics after the greedy pass
                  log:Path) -> dict:
     "The same prompts drawn at the served sampling: vLLM's counters beside the replay's, judged by its band."
@@ -280,7 +280,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
                server_args:tuple=(), # more vLLM arguments, e.g. ("--tensor-parallel-size", "8")
                timeout:float=900,
                concurrency:int=1, # requests in flight (1: one at a time, as the replay decodes them)
-               sampled:dict|None=None, # `{temperature, top_p, top_k, seeds, records}`: a second pass, drawn
+               sampled:dict|None=None, # `{temperature, top_p, top_k, seeds, records[, prompts]}`: a second pass
               ) -> dict:
     "vLLM serving the export at K: its counters' τ, tokens per forward, outputs vs expected, beside eagle3nb's row."
     log = Path(log or Path(tempfile.mkdtemp(prefix="vllm-check-"))/"server.log")
@@ -300,7 +300,8 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
             started, before = time.time(), httpx.get(url + "/metrics", timeout=30).text
             outs = serve_prompts(url, ps, max_new_tokens, timeout, concurrency)
             seconds, after = time.time() - started, httpx.get(url + "/metrics", timeout=30).text
-            if sampled: drawn = sampled_pass(url, ps, k, max_new_tokens, timeout, concurrency, sampled, after, log)
+            if sampled: drawn = sampled_pass(url, _ids(sampled.get("prompts") or prompts)[1], k, max_new_tokens,
+                                             timeout, concurrency, sampled, after, log)
         for name, text in (("before", before), ("after", after)):
             log.with_suffix(f".metrics-{name}.txt").write_text(text)
         row = vllm_row(spec_counters(before, k), spec_counters(after, k), len(ps), sum(map(len, outs)), seconds)

