@@ -143,8 +143,8 @@ def _settings(cls, run, section:str, given:dict):
     from eagle3nb.settings import main_job_differs
     if run_settings(run, section)[0]: print(f"settings: [{section}] of {Run(run).settings}, then the flags")
     elif d := main_job_differs(cls, section):
-        print(f"settings: {cls.__name__}'s own defaults, then the flags; the main job (`eagle3nb run`) takes "
-              + ", ".join(f"{k}={m!r} (here {o!r})" for k, (o, m) in d.items()))
+        print(f"settings: {cls.__name__}'s own defaults, then the flags; the main job (`eagle3nb run`, size "
+              "small) takes " + ", ".join(f"{k}={m!r} (here {o!r})" for k, (o, m) in d.items()))
     return stage_config(cls, run, section, given)
 
 def _stage_settings(cmd:str, run, given:dict):
