@@ -91,18 +91,18 @@ def vllm_leg(a, name="smollm2"):
             for r in recs: w.write(r)
         return run
     with vllm_capture_server(a.vllm_python, name) as (url, pid):
-        capture_vllm(fresh_run(), [url], target=name, progress=False)        # warm-up: the server's first requests
+        capture_vllm(fresh_run(), urls=[url], target=name, progress=False)        # warm-up: the server's first requests
         order, loc, vl = [], [], []
         for rep in range(a.reps):
             os.killpg(pid, signal.SIGSTOP)    # paused: the local leg has the cores to itself
             t0 = time.perf_counter()
-            m = capture(fresh_run(), name, batch_tokens=a.batch_tokens, progress=False)
+            m = capture(fresh_run(), target=name, batch_tokens=a.batch_tokens, progress=False)
             loc.append(time.perf_counter() - t0)
             order.append("local")
             os.killpg(pid, signal.SIGCONT)
             assert m["counts"]["captured"] == len(recs)
             t0 = time.perf_counter()
-            mv = capture_vllm(fresh_run(), [url], target=name, concurrency=a.concurrency, progress=False)
+            mv = capture_vllm(fresh_run(), urls=[url], target=name, concurrency=a.concurrency, progress=False)
             vl.append(time.perf_counter() - t0)
             order.append("vllm")
             assert mv["counts"]["captured"] == len(recs), mv["counts"]
@@ -170,7 +170,7 @@ def main(argv=None):
             with JsonlWriter(run/"validate/records.jsonl") as w:
                 for r in recs: w.write(r)
             t0 = time.perf_counter()
-            m = capture(run, name, batch_tokens=a.batch_tokens, progress=False)
+            m = capture(run, target=name, batch_tokens=a.batch_tokens, progress=False)
             cap.append(time.perf_counter() - t0)
             order.append("capture")
         if a.hf:   # one more pair: what capture ran before, transformers' padded forward, bare and captured
@@ -181,7 +181,7 @@ def main(argv=None):
             with JsonlWriter(run/"validate/records.jsonl") as w:
                 for r in recs: w.write(r)
             t0 = time.perf_counter()
-            capture(run, name, batch_tokens=a.batch_tokens, progress=False, lean=False)
+            capture(run, target=name, batch_tokens=a.batch_tokens, progress=False, lean=False)
             hf.append(time.perf_counter() - t0)
         ratios = [b_ / c_ for b_, c_ in zip(bare, cap)]   # capture tokens/s over bare tokens/s, per pair
         med = statistics.median(ratios)

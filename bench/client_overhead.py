@@ -48,13 +48,12 @@ async def eagle3nb_run(url, prompts, concurrency, out_len):
     "eagle3nb generate: guards, retries policy, JSONL records, manifest — the real thing."
     from eagle3nb.core import JsonlWriter
     from eagle3nb.engines import SGLangEngine
-    from eagle3nb.protocol import Sampling
     from eagle3nb.generate import generate_async
     run = Path(tempfile.mkdtemp())
     with JsonlWriter(run/"prompts/prompts.jsonl") as w:
         for i, p in enumerate(prompts): w.write({"id": f"p{i}", "prompt_ids": p})
     t0 = time.perf_counter()
-    m = await generate_async(run, [SGLangEngine(url)], Sampling(max_new_tokens=out_len),
+    m = await generate_async(run, engines=[SGLangEngine(url)], max_new_tokens=out_len,
                              concurrency=concurrency, progress=False)
     dt = time.perf_counter() - t0
     assert m["counts"]["success"] == len(prompts), m["counts"]

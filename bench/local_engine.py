@@ -33,7 +33,7 @@ def make_prompts(n:int) -> Path:
     from eagle3nb.core import JsonlWriter, read_jsonl
     from eagle3nb.prompts import prepare
     src = Path(tempfile.mkdtemp(prefix="bench-local-"))
-    prepare("sharegpt", "smollm2", src/"all", max_prompt_tokens=512, limit=4 * n, progress=False)
+    prepare(src/"all", inputs=["sharegpt"], max_prompt_tokens=512, limit=4 * n, progress=False)
     recs = list(read_jsonl(src/"all/prompts/prompts.jsonl"))[:n]
     assert len(recs) == n, f"only {len(recs)} prompts of <= 512 tokens in the first {4 * n} ShareGPT rows"
     with JsonlWriter(src/"prompts.jsonl") as w:
@@ -54,11 +54,10 @@ def bench_prompts(a) -> Path:
 def run_client(engine, prompts:Path, max_new_tokens:int, concurrency:int, limit=None) -> tuple:
     "`eagle3nb generate`'s client over one engine: (seconds, tokens, {id: output_ids})."
     from eagle3nb.core import read_jsonl
-    from eagle3nb.protocol import Sampling
     from eagle3nb.generate import generate_async
     run = Path(tempfile.mkdtemp(prefix="bench-run-"))
     t0 = time.perf_counter()
-    m = asyncio.run(generate_async(run, [engine], Sampling(max_new_tokens=max_new_tokens), concurrency=concurrency,
+    m = asyncio.run(generate_async(run, engines=[engine], max_new_tokens=max_new_tokens, concurrency=concurrency,
                                    prompts_file=prompts, n_prompts=limit, progress=False))
     dt = time.perf_counter() - t0
     assert m["counts"]["failed"] == 0, m["counts"]

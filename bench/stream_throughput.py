@@ -44,7 +44,7 @@ def main():
     with vllm_capture_server(a.vllm_python, name) as (url, _):
         off = fresh_run(recs)
         t0 = time.perf_counter()
-        capture_vllm(off, [url], target=name, progress=False)
+        capture_vllm(off, urls=[url], target=name, progress=False)
         cap_s = time.perf_counter() - t0
         ntok = None
         off_s, st_s, waits, order = [], [], [], []

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 from .core import (Run, InputError, JsonlReader, JsonlWriter, check_settings, disk_full_said, pause_point,
-                           read_json, write_json, write_jsonl_atomic, write_manifest)
+                           read_json, with_overrides, write_json, write_jsonl_atomic, write_manifest)
 from .models import load_target, sglang_layer_ids
 from .lean import LeanLlama
 
@@ -368,47 +368,42 @@ class CaptureConfig:
 
 # %% ../nbs/07_capture.ipynb #b1610136
 def capture(run, # run directory: reads validate/records.jsonl, writes capture/
+            cfg:CaptureConfig|None=None, # the settings (default `CaptureConfig()`); `overrides` by name on top
             target=None, # model dir or name (default: the one validation used)
-            aux_layers:list|None=None, # HF hidden-state indices (default [2, L//2, L-3])
-            dtype:str="bfloat16", # storage dtype of the states
-            max_tokens:int|None=None, # skip longer records (default: the model's context length)
-            batch_tokens:int=8192, # tokens per forward pass (padded ones, where the batch is padded)
-            shard_tokens:int=1 << 16, # tokens per shard file
-            model_dtype:str="float32", # dtype to run the target in
             device:str|None=None, # default: this rank's GPU, else CPU; "auto" spreads one model over all GPUs
             records=None, # read records from here instead of run/validate/records.jsonl
             fresh:bool=False, # discard what run/capture holds and start over
             progress:bool=True,
             lean:bool=True, # on a CPU, the lean forward for models it knows; False: transformers' padded forward
-           ) -> dict|None:
+            **overrides) -> dict|None:
     "Capture aux and final hidden states of every validated record with the target in this process; the manifest."
-    t0, run = time.time(), Run(run)
+    t0, run, c = time.time(), Run(run), with_overrides(CaptureConfig, cfg, overrides)
     rank, world, distributed = dist_env()
     read_records(run, records)                          # a clear error before anything loads
     if target is None:
         target = run.target
-    if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
+    if c.dtype not in _DT: raise InputError(f"--dtype {c.dtype!r}: use bfloat16, float16 or float32")
     device = device or (f"cuda:{rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
     tgt = load_target(target)
     L = int(tgt.config()["num_hidden_layers"])
-    aux_layers = list(aux_layers or default_aux_layers(L))
-    max_tokens = max_tokens or tgt.context_length or 1 << 30
-    cfg = capture_config(tgt, aux_layers, dtype, model_dtype)
+    aux_layers = list(c.aux_layers or default_aux_layers(L))
+    max_tokens = c.max_tokens or tgt.context_length or 1 << 30
+    cfg = capture_config(tgt, aux_layers, c.dtype, c.model_dtype)
     def states(fits):
         if not fits: return
-        model = tgt.load_model(model_dtype, device)
+        model = tgt.load_model(c.model_dtype, device)
         fwd = (LeanLlama(model, max(len(r["input_ids"]) for r in fits))
                if lean and device == "cpu" and LeanLlama.unsupported(model) is None else None)
-        for batch in _batches(fits, batch_tokens):
+        for batch in _batches(fits, c.batch_tokens):
             ids = [r["input_ids"] for r in batch]
             if fwd is not None:
                 for r, (a, f) in zip(batch, lean_states(fwd, ids, aux_layers, device)): yield r, a, f, None
                 continue
             aux, final, lens = forward_states(model, ids, aux_layers, device)
             for b, r in enumerate(batch): yield r, aux[b, :lens[b]], final[b, :lens[b]], None
-    return run_capture(run, tgt, aux_layers, dtype, cfg, states, max_tokens, shard_tokens=shard_tokens, records=records,
-                       fresh=fresh, progress=progress, t0=t0,
-                       config={"engine": "local", "model_dtype": model_dtype, "batch_tokens": batch_tokens})
+    return run_capture(run, tgt, aux_layers, c.dtype, cfg, states, max_tokens, shard_tokens=c.shard_tokens,
+                       records=records, fresh=fresh, progress=progress, t0=t0,
+                       config={"engine": "local", "model_dtype": c.model_dtype, "batch_tokens": c.batch_tokens})
 
 # %% ../nbs/07_capture.ipynb #55cd73c3
 def export_specforge(capture_dir, out_dir) -> int:

@@ -8,13 +8,16 @@ import hashlib, json, os, shlex, shutil, time, uuid
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import Run, InputError, first_diff, read_json
-from .capture import _DT, capture_config, default_aux_layers, read_records, run_capture
+from .core import Run, InputError, first_diff, need_urls, read_json, with_overrides
+from .capture import (_DT, CaptureConfig, capture, capture_config, default_aux_layers, read_records,
+                             run_capture)
+from .context import capture_records
 from .models import cache_dir, load_target
 
 # %% auto #0
 __all__ = ['CONNECTOR_MODULE', 'CONNECTOR_CLASS', 'server_layer_ids', 'connector_dir', 'vllm_server_args', 'vllm_capture_command',
-           'read_hidden_states', 'final_norm', 'vllm_states_to_capture', 'VllmHiddenStates', 'capture_vllm']
+           'read_hidden_states', 'final_norm', 'vllm_states_to_capture', 'VllmHiddenStates', 'capture_vllm',
+           'capture_stage']
 
 # %% ../nbs/07b_capture_vllm.ipynb #a1adf720
 def server_layer_ids(aux_layers:list, num_layers:int) -> list:
@@ -256,28 +259,25 @@ def _spread(fits, servers:list, concurrency:int, fetch):
 
 # %% ../nbs/07b_capture_vllm.ipynb #44bff361
 def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capture/ (the same shards as `capture`)
-                 urls:list, # vLLM servers started with `vllm_capture_command` (several spread the records)
+                 cfg:CaptureConfig|None=None, # the settings: `urls` (servers started with `vllm_capture_command`;
+                                              # several spread the records), aux_layers, dtype, max_tokens (default
+                                              # and cap: the servers' max_model_len − 1), shard_tokens, concurrency
                  target=None, # the served model's dir or name (default: validation's); gives L, H and the final norm
-                 aux_layers:list|None=None, # HF indices (default [2, L//2, L-3]); servers write these and L
-                 dtype:str="bfloat16", # storage dtype of the states
-                 max_tokens:int|None=None, # skip longer records (default and cap: the servers' max_model_len − 1)
-                 shard_tokens:int=1 << 16, # tokens per shard file
-                 concurrency:int=8, # requests in flight per server
                  retries:int=3, # more tries of a record after a connection error or a 5xx
                  timeout:float=600, # seconds per request
                  records=None, # read records from here instead of run/validate/records.jsonl
                  fresh:bool=False, # discard what run/capture holds and start over
-                 progress:bool=True) -> dict:
+                 progress:bool=True, **overrides) -> dict:
     "Capture aux and final hidden states of every validated record through vLLM servers; return the manifest."
-    t0, run = time.time(), Run(run)
-    urls = [urls] if isinstance(urls, str) else list(urls or [])
-    if not urls: raise InputError(f"--url: give at least one vLLM server ({_START})")
+    t0, run, c = time.time(), Run(run), with_overrides(CaptureConfig, cfg, overrides)
+    urls = need_urls(c.urls, "--engine vllm", start=_START)
+    dtype, max_tokens = c.dtype, c.max_tokens
     _, all_recs = read_records(run, records)
     if target is None: target = run.target
     if dtype not in _DT: raise InputError(f"--dtype {dtype!r}: use bfloat16, float16 or float32")
     tgt = load_target(target)
     L, H = int(tgt.config()["num_hidden_layers"]), int(tgt.config()["hidden_size"])
-    aux_layers = list(aux_layers or default_aux_layers(L))
+    aux_layers = list(c.aux_layers or default_aux_layers(L))
     want = server_layer_ids(aux_layers, L)
     norm = final_norm(tgt)
     tag = hashlib.sha256(str(run.path.resolve()).encode()).hexdigest()[:8]   # this run directory's requests
@@ -295,14 +295,26 @@ def capture_vllm(run, # run directory: reads validate/records.jsonl, writes capt
         cfg = {**capture_config(tgt, aux_layers, dtype, f"vllm:{server_dtype}"), "engine": "vllm"}
 
         def fetch(r, s): return _fetch(r, s, retries, want, H, aux_layers, L, norm)
-        def states(fits): return _spread(fits, servers, concurrency, fetch)
+        def states(fits): return _spread(fits, servers, c.concurrency, fetch)
 
         return run_capture(run, tgt, aux_layers, dtype, cfg, states, max_tokens, max_tokens_why=why,
-                           shard_tokens=shard_tokens, records=records, fresh=fresh, progress=progress, t0=t0,
+                           shard_tokens=c.shard_tokens, records=records, fresh=fresh, progress=progress, t0=t0,
                            config={"engine": "vllm", "urls": [s.url for s in servers], "served_model": servers[0].model,
                                    "model_dtype": f"vllm:{server_dtype}", "server_layer_ids": want,
-                                   "layers_verified": verified, "concurrency": concurrency,
+                                   "layers_verified": verified, "concurrency": c.concurrency,
                                    "leftover_files_removed": len(left),
                                    "final_from": "vLLM layer id L (pre-norm) through the target's final RMSNorm"})
     finally:
         for s in servers: s.close()
+
+# %% ../nbs/07b_capture_vllm.ipynb #065c350f
+def capture_stage(run, # run directory: reads validate/ and context/ records, writes capture/
+                  cfg:CaptureConfig|None=None, # the settings (default `CaptureConfig()`); `engine` picks the capture
+                  target=None, # model dir or name (default: the one validation used)
+                  fresh:bool=False, # discard what run/capture holds and start over
+                  progress:bool=True, **overrides) -> dict|None:
+    "The capture `engine` names (local: `capture`; vllm: `capture_vllm`) of the validated, then the context records."
+    c = with_overrides(CaptureConfig, cfg, overrides)
+    if c.engine not in ("local", "vllm"): raise InputError(f"--engine {c.engine!r}: use local or vllm")
+    f = capture_vllm if c.engine == "vllm" else capture
+    return f(run, c, target, records=capture_records(run), fresh=fresh, progress=progress)

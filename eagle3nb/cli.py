@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['RENAMED_FLAGS', 'COMMANDS', 'run_cmd', 'config_options', 'check_flags', 'prepare_cmd', 'generate_cmd', 'serve_cmd',
            'validate_cmd', 'context_cmd', 'capture_cmd', 'train_cmd', 'evaluate_cmd', 'export_cmd', 'targets_cmd',
-           'command_parser', 'main']
+           'command_parser', 'main', 'command_config']
 
 # %% ../nbs/90_cli.ipynb #c7f0a55d
 import argparse, inspect, os, sys, typing
@@ -16,7 +16,7 @@ from fastcore.script import Param, call_parse, store_true
 # large CPU tensors on 2 MB pages, PyTorch's own switch (read at its first large allocation): a Kimi-K2.5-shaped
 # training process spent 82 s of its 110 in the kernel, mostly page faults; 58 of 92 with it (measured in #34's note)
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-from .core import DEFAULT_RUN, Run, InputError
+from .core import DEFAULT_RUN, DEFAULT_TARGET, Run, InputError
 from .report import (capture_summary, context_summary, generate_summary, prepare_summary, train_summary,
                              validate_summary)
 
@@ -130,15 +130,29 @@ def check_flags(cmd:str, argv:list):
         if new: raise InputError(f"{a.split('=')[0]} was renamed: use {new} (eagle3nb {cmd} --help)")
 
 # %% ../nbs/90_cli.ipynb #df82211e
+_CONFIGS = {   # a stage command: (module, its config class, fields it takes otherwise)
+            "prepare": ("prompts", "PrepareConfig", ("inputs", "heldout_share")),
+            "generate": ("generate", "GenerateConfig", ()), "validate": ("validate", "ValidateConfig", ()),
+            "context": ("context", "ContextConfig", ()), "capture": ("capture", "CaptureConfig", ()),
+            "train": ("train", "TrainConfig", ()), "evaluate": ("evaluate", "EvaluateConfig", ()),
+            "export": ("export", "ExportConfig", ())}
+
 def _settings(cls, run, section:str, given:dict):
     "The stage's settings: defaults ← what the main job recorded in `run` ← `given`; says where they came from."
     from eagle3nb.settings import run_settings, stage_config
     from eagle3nb.settings import main_job_differs
     if run_settings(run, section)[0]: print(f"settings: [{section}] of {Run(run).settings}, then the flags")
     elif d := main_job_differs(cls, section):
-        print(f"settings: {cls.__name__}'s own defaults, then the flags; the main job (`eagle3nb run`) takes "
-              + ", ".join(f"{k}={m!r} (here {o!r})" for k, (o, m) in d.items()))
+        print(f"settings: {cls.__name__}'s own defaults, then the flags; the main job (`eagle3nb run`, size "
+              "small) takes " + ", ".join(f"{k}={m!r} (here {o!r})" for k, (o, m) in d.items()))
     return stage_config(cls, run, section, given)
+
+def _stage_settings(cmd:str, run, given:dict):
+    "The settings stage command `cmd` runs with (`_settings` of its config class and section)."
+    import importlib
+    from eagle3nb.settings import SECTION
+    mod, cls, _ = _CONFIGS[cmd]
+    return _settings(getattr(importlib.import_module(f"eagle3nb.{mod}"), cls), run, SECTION[cmd], given)
 
 def _target(run, target):
     from eagle3nb.settings import run_settings
@@ -148,14 +162,12 @@ def _target(run, target):
 @call_parse
 def prepare_cmd(inputs:Param("input files (JSON array or JSONL) or built-in names such as 'sharegpt'", str, nargs="+"),
                 target:Param("a local model directory or a built-in name (smollm2, tiny-qwen3, tiny-llama)",
-                             str)="smollm2",
+                             str)=DEFAULT_TARGET,
                 run:Param("run directory", str)=DEFAULT_RUN,
                 **given):
     "Render turn-0 prompts with the target's chat template."
-    from eagle3nb.prompts import PrepareConfig, prepare
-    c = _settings(PrepareConfig, run, "data", given)
-    m = prepare(inputs, target, run, c.max_prompt_tokens, c.thinking, c.tools, c.limit, c.drop_leading_assistant,
-                thinking_share=c.thinking_share)
+    from eagle3nb.prompts import prepare
+    m = prepare(run, _stage_settings("prepare", run, {**given, "inputs": inputs}), target)
     print(prepare_summary(m))
     print(f"wrote {Run(run).prompts_dir}")
 
@@ -169,21 +181,16 @@ def generate_cmd(run:Param("run directory (reads prompts/, writes generate/)", s
                  fresh:Param("discard samples on file that were drawn with other sampling settings", store_true)=False,
                  **given):
     "Token-direct generation: prompt ids in, output ids out, resumable."
-    from eagle3nb.generate import GenerateConfig, engines_for, generate
-    c = _settings(GenerateConfig, run, "generate", given)
-    main_job = Run(run).generate_prompts
-    engines, stop = engines_for(c, _target(run, target))
-    try: m = generate(run, engines, c.sampling, n_samples=c.n_samples, concurrency=c.concurrency,
-                      retry_failed=retry_failed,
-                      n_prompts=c.n_prompts, prompts_file=prompts_file or (main_job if main_job.exists() else None),
-                      batch_size=c.batch_size, fresh=fresh)
-    finally: stop()
+    from eagle3nb.generate import generate
+    c, main_job = _stage_settings("generate", run, given), Run(run).generate_prompts
+    m = generate(run, c, target=_target(run, target), retry_failed=retry_failed, fresh=fresh,
+                 prompts_file=prompts_file or (main_job if main_job.exists() else None))
     print(generate_summary(m))
     print(f"wrote {Run(run).generate_dir}")
 
 # %% ../nbs/90_cli.ipynb #13443a80
 @call_parse
-def serve_cmd(target:Param("a model directory or built-in name", str)="smollm2",
+def serve_cmd(target:Param("a model directory or built-in name", str)=DEFAULT_TARGET,
               host:Param("bind address (loopback by default)", str)="127.0.0.1",
               port:Param("port (0: any free port)", int)=30000,
               max_batch:Param("most requests batched together", int)=16,
@@ -205,15 +212,13 @@ def validate_cmd(run:Param("run directory (reads generate/ and prompts/, writes 
                                     "(default: the run's [generate] tool_results, else matching)", str)=None,
                  **given):
     "Token-boundary validation: checks, segments, loss masks, rejects, report, next-turn prompts."
-    from eagle3nb.validate import ValidateConfig, validate
+    from eagle3nb.validate import validate
     from eagle3nb.generate import GenerateConfig
     from eagle3nb.settings import stage_config
     # [generate] tool_results decides the next turns after tool results: the flag, else the run's, else the default
     tool_results = stage_config(GenerateConfig, run, "generate",
                                 {"tool_results": tool_results} if tool_results else {}).tool_results
-    c = _settings(ValidateConfig, run, "validate", given)
-    m = validate(run, target, c.family, c.drop_truncated, c.mask_reasoning, c.mask_tool_calls, generations,
-                 prompts_file, tool_results=tool_results)
+    m = validate(run, _stage_settings("validate", run, given), target, generations, prompts_file, tool_results)
     print(validate_summary(m))
     print(f"wrote {Run(run).validate_dir} "
           "(report.md, records.jsonl, rejected.jsonl, specforge.jsonl, next_prompts.jsonl)")
@@ -224,10 +229,10 @@ def context_cmd(run:Param("run directory (reads prompts/, generate/ and validate
                           str)=DEFAULT_RUN,
                 **given):
     "Training records from prompts nobody generated for: alone, or with the dataset's replies."
-    from eagle3nb.context import ContextConfig, context
+    from eagle3nb.context import context
     from eagle3nb.prompts import PrepareConfig
     from eagle3nb.settings import run_settings
-    c = _settings(ContextConfig, run, "context", given)
+    c = _stage_settings("context", run, given)
     if not c.n_prompts:
         raise InputError("--n_prompts: how many context records to make, e.g. --n_prompts 300 --replies")
     m = context(run, c, share=run_settings(run, "data")[0].get("heldout_share", PrepareConfig.heldout_share))
@@ -252,25 +257,15 @@ def capture_cmd(run:Param("run directory (reads validate/ and context/ records, 
                 **given):
     ("Capture EAGLE-3 aux and final hidden states to sharded safetensors, locally or through vLLM servers "
      "(resumable; run under torchrun to split the local work).")
-    from eagle3nb.capture import CaptureConfig, capture, export_specforge
-    from eagle3nb.context import capture_records
-    c = _settings(CaptureConfig, run, "capture", given)
+    from eagle3nb.capture import export_specforge
+    from eagle3nb.capture_vllm import capture_stage
+    c = _stage_settings("capture", run, given)
     if print_server_command:
         from eagle3nb.capture_vllm import vllm_capture_command
         t = target or Run(run).target
         print(vllm_capture_command(t, c.aux_layers, storage_dir, server_dtype, python=vllm_python))
         return
-    if c.engine == "vllm":
-        if not c.urls:
-            raise InputError("--engine vllm needs --urls (one or more servers); start them with the "
-                             "command that --print_server_command prints")
-        from eagle3nb.capture_vllm import capture_vllm
-        m = capture_vllm(run, c.urls, target, c.aux_layers, c.dtype, c.max_tokens, c.shard_tokens, c.concurrency,
-                         records=capture_records(run), fresh=fresh)
-    elif c.engine == "local":
-        m = capture(run, target, c.aux_layers, c.dtype, c.max_tokens, c.batch_tokens, c.shard_tokens, c.model_dtype,
-                    records=capture_records(run), fresh=fresh)
-    else: raise InputError(f"--engine {c.engine!r}: use local or vllm")
+    m = capture_stage(run, c, target, fresh=fresh)
     if m is None: return
     print(capture_summary(m))
     print(f"wrote {Run(run).capture_dir}")
@@ -307,8 +302,8 @@ def train_cmd(run:Param("run directory (reads capture/, or validate/ with --sour
     "Train an EAGLE-3 drafter with training-time test (resumable; run under torchrun for DDP)."
     from eagle3nb.capture import CaptureConfig
     from eagle3nb.settings import stage_config
-    from eagle3nb.train import TrainConfig, train, train_vocab_sweep
-    c = _settings(TrainConfig, run, "train", given)
+    from eagle3nb.train import train, train_vocab_sweep
+    c = _stage_settings("train", run, given)
     k = stage_config(CaptureConfig, run, "capture", {n: v for n, v in (("urls", urls), ("dtype", dtype)) if v})
     kw = dict(target=target, aux_layers=_items(aux_layers) if aux_layers else k.aux_layers, fresh=fresh, capture=k)
     m = train(run, c, **kw)
@@ -347,8 +342,8 @@ def evaluate_cmd(run:Param("run directory (reads train/drafter, writes evaluate/
                  **given):
     ("Draft-and-verify decoding (vLLM's loop) on held-out prompts: τ, acceptance per position, tokens per target "
      "forward, beside n-gram, each at its best K; recommended K.")
-    from eagle3nb.evaluate import EvaluateConfig, evaluate, print_report
-    c = _settings(EvaluateConfig, run, "evaluate", given)
+    from eagle3nb.evaluate import evaluate, print_report
+    c = _stage_settings("evaluate", run, given)
     prompts, sealed = _eval_prompts(run, c, given.get("prompts_file") or c.prompts_file)
     rep = evaluate(run, prompts, c, sealed, drafter)
     print_report(rep)
@@ -361,10 +356,9 @@ def export_cmd(run:Param("run directory (reads train/drafter, writes export/FORM
                drafter:Param("a drafter directory (default: RUN/train/drafter)", str)=None,
                **given):
     "Export the trained drafter for SGLang and / or vLLM (speculators)."
-    from eagle3nb.export import ExportConfig, export
-    c = _settings(ExportConfig, run, "export", given)
-    if out and len(c.formats) > 1: raise InputError(f"--out {out}: give one of --formats {' '.join(c.formats)}")
-    for f in c.formats: print(f"wrote {export(run, f, out, drafter, c.k)} ({f} layout)")
+    from eagle3nb.export import export
+    for f, d in export(run, _stage_settings("export", run, given), out, drafter).items():
+        print(f"wrote {d} ({f} layout)")
 
 # %% ../nbs/90_cli.ipynb #1d44b1fd
 @call_parse
@@ -383,11 +377,6 @@ def targets_cmd(name:Param("build this target and print its directory", str)=Non
 COMMANDS = {"run": run_cmd, "prepare": prepare_cmd, "generate": generate_cmd, "validate": validate_cmd,
             "context": context_cmd, "capture": capture_cmd, "train": train_cmd, "evaluate": evaluate_cmd,
             "export": export_cmd, "serve": serve_cmd, "targets": targets_cmd}
-_CONFIGS = {"prepare": ("prompts", "PrepareConfig", ("inputs", "heldout_share")),
-            "generate": ("generate", "GenerateConfig", ()), "validate": ("validate", "ValidateConfig", ()),
-            "context": ("context", "ContextConfig", ()), "capture": ("capture", "CaptureConfig", ()),
-            "train": ("train", "TrainConfig", ()), "evaluate": ("evaluate", "EvaluateConfig", ()),
-            "export": ("export", "ExportConfig", ())}
 
 def command_parser(cmd:str) -> argparse.ArgumentParser:
     "The parser of `eagle3nb CMD`: the command's own `Param`s, then its stage's settings (`config_options`)."
@@ -425,3 +414,14 @@ def main():
     except InputError as e:
         print(f"eagle3nb {cmd}: error: {e}", file=sys.stderr)
         sys.exit(2)
+
+# %% ../nbs/90_cli.ipynb #52de14a4
+def command_config(cmd:str, # a stage command: prepare, generate, ..., export
+                   argv:list, # its command line, e.g. ["--run", "runs/x", "--epochs", "3"]
+                  ):
+    "The stage settings `eagle3nb CMD ARGV` runs with: its config class ← the run's recorded settings ← the flags."
+    ns = vars(command_parser(cmd).parse_args(argv))
+    own = inspect.signature(getattr(COMMANDS[cmd], "__wrapped__", COMMANDS[cmd])).parameters
+    given = {k: v for k, v in ns.items() if k not in own}
+    if cmd == "prepare": given["inputs"] = ns["inputs"]   # an argument of its own, and a setting
+    return _stage_settings(cmd, ns.get("run", DEFAULT_RUN), given)

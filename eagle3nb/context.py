@@ -8,7 +8,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from .core import Run, InputError, JsonlReader, read_manifest, stage_dir, write_jsonl_atomic, write_manifest
+from .core import (Run, InputError, JsonlReader, read_manifest, stage_dir, with_overrides, write_jsonl_atomic,
+                           write_manifest)
 from .heldout import heldout_side
 from .models import load_target
 from .prompts import PrepareConfig, conversation_of
@@ -86,7 +87,7 @@ def context(run, # run directory: reads prompts/, generate/ and validate/ manife
             **overrides) -> dict:
     "Write `context/records.jsonl` (training rows the capture reads after the validated ones); return the manifest."
     t0, run = time.time(), Run(run)
-    cfg = ContextConfig(**{**(vars(cfg) if cfg else {}), **overrides})
+    cfg = with_overrides(ContextConfig, cfg, overrides)
     if not (run.validate_dir/"manifest.json").exists():
         raise InputError(f"{run.validate_dir}: no validation manifest; run `eagle3nb validate --run {run}` first")
     v = read_manifest(run.validate_dir)["config"]

@@ -7,18 +7,18 @@ from __future__ import annotations
 import errno, functools, json, os, sys, time, platform, tempfile, shutil, traceback
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 from fastcore.basics import patch_to
 
 # %% auto #0
-__all__ = ['PAUSE_ENV', 'STAGES', 'DEFAULT_RUN', 'RUN_LAYOUT', 'STAGE_DIRS', 'InputError', 'is_disk_full', 'free_bytes',
-           'DiskFullError', 'disk_full_message', 'disk_full_said', 'repair_torn_tail', 'JsonlWriter', 'BadLine',
-           'JsonlReader', 'read_jsonl', 'atomic_write_text', 'write_jsonl_atomic', 'pause_point',
+__all__ = ['PAUSE_ENV', 'STAGES', 'DEFAULT_RUN', 'DEFAULT_TARGET', 'RUN_LAYOUT', 'STAGE_DIRS', 'InputError', 'is_disk_full',
+           'free_bytes', 'DiskFullError', 'disk_full_message', 'disk_full_said', 'repair_torn_tail', 'JsonlWriter',
+           'BadLine', 'JsonlReader', 'read_jsonl', 'atomic_write_text', 'write_jsonl_atomic', 'pause_point',
            'jsonl_writers_atomic', 'write_json', 'read_json', 'build_dir_atomically', 'versions', 'write_manifest',
-           'read_manifest', 'manifest_config', 'md_table', 'Run', 'trained_k', 'stage_dir', 'check_settings', 'Tally',
-           'first_diff', 'PromptRecord']
+           'read_manifest', 'manifest_config', 'md_table', 'Run', 'trained_k', 'stage_dir', 'check_settings',
+           'with_overrides', 'need_urls', 'Tally', 'first_diff', 'PromptRecord']
 
 # %% ../nbs/00_core.ipynb #24e13f04
 class InputError(ValueError):
@@ -264,6 +264,7 @@ def versions() -> dict:
 # %% ../nbs/00_core.ipynb #dbf04ca3
 STAGES = ["prepare", "generate", "validate", "context", "capture", "train", "evaluate", "export"]   # a run's, in order
 DEFAULT_RUN = "runs/default"   # the run directory every command uses unless told otherwise
+DEFAULT_TARGET = "smollm2"   # the target of every command that is not told one: SmolLM2-135M-Instruct
 
 # %% ../nbs/00_core.ipynb #e4ac627c
 def write_manifest(d, stage:str, config:dict, counts:dict, timings:dict|None=None, **extra) -> dict:
@@ -410,6 +411,34 @@ def check_settings(d, what:str, cfg:dict, fresh:bool=False) -> bool:
                          ": rerun with --fresh (fresh=True) to discard it, or use another run directory "
                          "(never mix settings)")
     return True
+
+# %% ../nbs/00_core.ipynb #2d1cb23f
+def with_overrides(cls, # the stage's config dataclass, e.g. `CaptureConfig`
+                   cfg=None, # an instance of `cls` (None: `cls()`, its defaults)
+                   overrides:dict|None=None, # settings by name on top of `cfg`
+                  ):
+    "A copy of `cfg` (default `cls()`) with `overrides` set; a config of another class or an unknown name raises."
+    if cfg is not None and not isinstance(cfg, cls):
+        raise TypeError(f"cfg: expected a {cls.__name__} or None, got {type(cfg).__name__} {cfg!r}: a stage takes "
+                        f"(run, cfg, **settings), e.g. (run, {cls.__name__}(...)) or (run, name=value)")
+    names = {f.name for f in fields(cls)}
+    bad = sorted(set(overrides or {}) - names)
+    if bad: raise TypeError(f"{', '.join(bad)}: not a setting of {cls.__name__} "
+                            f"(its settings: {', '.join(sorted(names))})")
+    return replace(cfg if cfg is not None else cls(), **(overrides or {}))
+
+# %% ../nbs/00_core.ipynb #fd0b5ccd
+def need_urls(urls, # server base URLs: a list, one URL as text, or None
+              who:str, # what needs them, as the user set it: `--engine vllm`, `[capture] engine = "vllm"`
+              where:str="--urls", # where they are given: a flag or a config key
+              start:str="", # how to start such servers, said after the example
+             ) -> list:
+    "`urls` as a list; an error naming `who`, `where` and an example where there is none."
+    urls = [urls] if isinstance(urls, str) else [u for u in urls or [] if u]
+    if not urls:
+        raise InputError(f"{who} needs {where} (one or more servers, e.g. http://127.0.0.1:30000)"
+                         + (f"; {start}" if start else ""))
+    return urls
 
 # %% ../nbs/00_core.ipynb #ec9cea46
 @dataclass

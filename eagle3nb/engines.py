@@ -6,7 +6,7 @@
 from __future__ import annotations
 import asyncio, random, time
 from fastcore.basics import patch
-from .core import InputError
+from .core import InputError, need_urls
 from .protocol import (EngineError, Generation, PermanentError, Sampling, TransientError, _snippet,
                                check_sglang, check_vllm)
 from .local import LocalEngine
@@ -219,5 +219,4 @@ def make_engine(kind:str, url:str|None=None, target=None, **kw):
         if target is None: raise InputError("--engine local needs --target (a model directory or built-in name)")
         return LocalEngine(target, **kw)
     if kind not in ENGINES: raise InputError(f"unknown engine {kind!r}: use sglang, vllm or local")
-    if not url: raise InputError(f"--engine {kind} needs --urls (e.g. http://127.0.0.1:30000)")
-    return ENGINES[kind](url, **kw)
+    return ENGINES[kind](need_urls(url, f"--engine {kind}")[0], **kw)

@@ -8,13 +8,13 @@ import json, os
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
-from .core import Run, InputError, atomic_write_text, disk_full_said
+from .core import Run, InputError, atomic_write_text, disk_full_said, with_overrides
 from .drafter import Drafter, DrafterConfig, load_drafter, no_init, target_embeddings
 from .models import hf_layer_ids, sglang_layer_ids
 
 # %% auto #0
 __all__ = ['llama_fields', 'engine_reads', 'read_mismatches', 'sglang_needs', 'export_sglang', 'export_speculators',
-           'load_export', 'ExportConfig', 'export']
+           'load_export', 'ExportConfig', 'export_format', 'export']
 
 # %% ../nbs/11_export.ipynb #10927546
 def llama_fields(c:DrafterConfig, dtype:str="float32") -> dict:
@@ -210,12 +210,12 @@ class ExportConfig:
     vllm_n_prompts: int | None = None  # the check's sealed prompts, greedy and at the served sampling (None: all)
 
 # %% ../nbs/11_export.ipynb #06727b81
-def export(run, fmt:str, # "sglang" or "speculators"
-           out_dir=None, # default: RUN/export/FMT
-           drafter=None, # a drafter directory (default: RUN/train/drafter)
-           k:int|None=None, # K written into the speculators config (default: the evaluation's recommended K, else 3)
-          ) -> Path:
-    "Export the run's trained drafter for a serving engine."
+def export_format(run, fmt:str, # "sglang" or "speculators"
+                  out_dir=None, # default: RUN/export/FMT
+                  drafter=None, # a drafter directory (default: RUN/train/drafter)
+                  k:int|None=None, # K in the speculators config (default: the evaluation's recommended K, else 3)
+                 ) -> Path:
+    "Export the run's trained drafter in one layout, for one serving engine."
     src = Path(drafter) if drafter else Run(run).drafter_dir
     d = load_drafter(src)
     out = Path(out_dir) if out_dir else Run(run).export(fmt)
@@ -224,3 +224,15 @@ def export(run, fmt:str, # "sglang" or "speculators"
     if k is None: k = json.loads(rep.read_text())["recommended"].get("k") or 3 if rep.exists() else 3
     if fmt == "speculators": return export_speculators(d, out, k)
     raise InputError(f"format {fmt!r}: use sglang or speculators")
+
+# %% ../nbs/11_export.ipynb #80001db1
+def export(run, # run directory: reads train/drafter, writes export/FORMAT
+           cfg:ExportConfig|None=None, # the settings (default `ExportConfig()`): `formats` and `k`; `overrides` on top
+           out_dir=None, # default: RUN/export/FORMAT (one format only)
+           drafter=None, # a drafter directory (default: RUN/train/drafter)
+           **overrides) -> dict:
+    "Export the run's trained drafter in each of `formats`: `{format: the folder written}`."
+    c = with_overrides(ExportConfig, cfg, overrides)
+    fmts = [c.formats] if isinstance(c.formats, str) else list(c.formats)
+    if out_dir and len(fmts) > 1: raise InputError(f"--out {out_dir}: give one of --formats {' '.join(fmts)}")
+    return {f: export_format(run, f, out_dir, drafter, c.k) for f in fmts}

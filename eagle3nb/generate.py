@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from tqdm.auto import tqdm
 from .core import (Run, InputError, JsonlReader, JsonlWriter, Tally, check_settings, manifest_config,
-                           pause_point, stage_dir, write_json, write_jsonl_atomic, write_manifest)
+                           need_urls, pause_point, stage_dir, with_overrides, write_json, write_jsonl_atomic,
+                           write_manifest)
 from .protocol import EngineError, Sampling
 
 # %% auto #0
@@ -217,7 +218,8 @@ def engines_for(cfg:GenerateConfig, # `engine`, `urls` and the HTTP settings
     from eagle3nb.engines import SGLangEngine, make_engine
     http = dict(timeout=cfg.timeout, timeout_per_token=cfg.timeout_per_token, max_retries=cfg.max_retries)
     if cfg.engine in ("sglang", "vllm"):
-        return [make_engine(cfg.engine, u, **http) for u in cfg.urls or [None]], lambda: None
+        urls = need_urls(cfg.urls, f"--engine {cfg.engine}")
+        return [make_engine(cfg.engine, u, **http) for u in urls], lambda: None
     # the engine this process starts decodes as many rows at once as the client keeps requests in flight
     if cfg.engine == "local": return [make_engine("local", target=target, max_batch=cfg.concurrency)], lambda: None
     if cfg.engine != "serve": raise InputError(f"engine {cfg.engine!r}: use sglang, vllm, local or serve")
@@ -232,20 +234,23 @@ def engines_for(cfg:GenerateConfig, # `engine`, `urls` and the HTTP settings
 
 # %% ../nbs/05_generate.ipynb #8f96252e
 async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`, writes `generate/`)
-                         engines:list, # started or unstarted engines (`SGLangEngine`, `VLLMEngine`, `LocalEngine`)
-                         sampling:Sampling, # sampling for every item (the seed, if any, is offset per sample)
-                         n_samples:int=1, # samples per prompt
-                         concurrency:int=16, # requests in flight per engine
+                         cfg:GenerateConfig|None=None, # the settings (default `GenerateConfig()`): sampling, n_samples,
+                                                       # n_prompts, concurrency, batch_size, max_prompt_tokens
+                         engines:list|None=None, # started or unstarted engines (default: `engines_for(cfg, target)`)
+                         target=None, # the model for engine local or serve (default: the run's)
                          retry_failed:bool=False, # put earlier failures back in the queue
-                         n_prompts:int|None=None, # only the first N prompts
                          prompts_file=None, # read prompts from here instead of `run/prompts/prompts.jsonl`
                          progress:bool=True,
-                         max_prompt_tokens:int|None=None, # skip longer prompts (default: smallest engine context - 2)
-                         batch_size:int=1, # prompts per request where the engine takes batches (SGLang)
                          fresh:bool=False, # discard samples on file drawn with other sampling settings
-                        ) -> dict:
+                         **overrides) -> dict:
     "Generate for every prompt of a run that has no result yet; return the manifest."
-    t0 = time.time()
+    c = with_overrides(GenerateConfig, cfg, overrides)
+    if engines is None:   # the engines `c` names, stopped when the run ends
+        in_process = c.engine not in ("sglang", "vllm")   # local or serve: the model runs here
+        engines, stop = engines_for(c, Run(run).target if target is None and in_process else target)
+        try: return await generate_async(run, c, engines, None, retry_failed, prompts_file, progress, fresh)
+        finally: stop()
+    t0, sampling, n_samples, n_prompts = time.time(), c.sampling, c.n_samples, c.n_prompts
     out = stage_dir(run, "generate")
     ok_p, fail_p, skip_p = out/"generations.jsonl", out/"failed.jsonl", out/"skipped.jsonl"
     ppath = Path(prompts_file) if prompts_file else Run(run).prompts
@@ -256,7 +261,8 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     infos = [await e.start() for e in engines]
     ctx = [i.get("context_length") for i in infos if i.get("context_length")]
     # SGLang refuses prompt + max_new_tokens >= context length: a prompt needs room for at least one new token
-    if max_prompt_tokens is None and ctx: max_prompt_tokens = min(ctx) - 2
+    max_prompt_tokens = min((m for m in (c.max_prompt_tokens, min(ctx) - 2 if ctx else None) if m is not None),
+                            default=None)
     for p in (ok_p, fail_p, skip_p):   # cut torn tails once, before reading what is done
         if p.exists(): JsonlWriter(p).close()
     done, failed, skipped = _ids_in(ok_p), _ids_in(fail_p), _ids_in(skip_p)
@@ -270,8 +276,8 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
     with JsonlWriter(ok_p) as ok_w, JsonlWriter(fail_p) as fail_w, JsonlWriter(skip_p) as skip_w:
         outcomes = _Outcomes(ok_w, fail_w, skip_w, bar, t0)
         for d in dups: outcomes.skip(d, "duplicate prompt id in the input", tick=False)
-        await asyncio.gather(*[_worker(e, i, queue, outcomes, batch_size, max_prompt_tokens, ctx)
-                               for e, i in zip(engines, infos) for _ in range(concurrency)])
+        await asyncio.gather(*[_worker(e, i, queue, outcomes, c.batch_size, max_prompt_tokens, ctx)
+                               for e, i in zip(engines, infos) for _ in range(c.concurrency)])
     bar.close()
     dt, stats = time.time() - t0, outcomes.stats
     all_ok = [o for _, o in JsonlReader(ok_p)]
@@ -285,13 +291,14 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                                "skipped": len(skip_ids - item_ids)}}
     Tally(read=n_items, accepted=n_ok, rejected=Counter(failed=n_fail, skipped=n_skip)).check(out)
     return write_manifest(out, "generate",
-        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n_samples, "concurrency": concurrency,
-                "batch_size": batch_size, "limit": n_prompts, "engines": infos, "max_prompt_tokens": max_prompt_tokens},
+        config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n_samples,
+                "concurrency": c.concurrency, "batch_size": c.batch_size, "limit": n_prompts,
+                "engines": infos, "max_prompt_tokens": max_prompt_tokens},
         counts=counts,
         timings={"seconds": round(dt, 3), "new_tokens_per_s": round(stats["tokens"] / dt, 1) if dt else None},
         summary=summarize(ok_recs))
 
 # %% ../nbs/05_generate.ipynb #28f4164f
-def generate(run, engines, sampling, **kw) -> dict:
+def generate(run, cfg:GenerateConfig|None=None, **kw) -> dict:
     "Blocking `generate_async` (scripts and the CLI); in a notebook, `await generate_async(...)`."
-    return asyncio.run(generate_async(run, engines, sampling, **kw))
+    return asyncio.run(generate_async(run, cfg, **kw))

@@ -16,7 +16,8 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
 
 # %% auto #0
 __all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'set_screen', 'target_shape', 'capture_need',
-           'train_fit', 'torch_cuda', 'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
+           'train_fit', 'torch_cuda', 'plan_capture', 'plan_train', 'plan', 'check_disk', 'run_pipeline', 'run_default',
+           'select_on_tuning']
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
 _TUNING_KEYS = ("tuning_n_prompts", "sealed_n_prompts", "n_prompts", "prompts_file", "temperature", "max_new_tokens",
@@ -162,18 +163,13 @@ def sealed_file(run, c:PipelineConfig, held=None, # the held-out prompts file (d
 # %% ../nbs/12b_pipeline.ipynb #7c56bd09
 def _stage_prepare(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.prompts import prepare
-    d = c.data
-    return prepare_summary(prepare(d.inputs, c.target, run, d.max_prompt_tokens, d.thinking, d.tools, d.limit,
-                                   d.drop_leading_assistant, thinking_share=d.thinking_share))
+    return prepare_summary(prepare(run, c.data, c.target))
 
 def _stage_generate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
-    from eagle3nb.generate import engines_for, generate
-    g, prompts = c.generate, Run(run).generate_prompts
+    from eagle3nb.generate import generate
+    prompts = Run(run).generate_prompts
     write_jsonl_atomic(prompts, _prompt_split(run, c)[0])   # the training side's first [generate] n_prompts
-    engines, stop = engines_for(g, c.target)
-    try: return generate_summary(generate(run, engines, g.sampling, n_samples=g.n_samples, prompts_file=prompts,
-                                          concurrency=g.concurrency, batch_size=g.batch_size, fresh=fresh))
-    finally: stop()
+    return generate_summary(generate(run, c.generate, target=c.target, prompts_file=prompts, fresh=fresh))
 
 
 # %% ../nbs/12b_pipeline.ipynb #92019bfe
@@ -202,9 +198,8 @@ def _generations(run:Path) -> Path:
 
 def _stage_validate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.validate import validate
-    v = c.validate
-    return validate_summary(validate(run, None, v.family, v.drop_truncated, v.mask_reasoning, v.mask_tool_calls,
-                                     generations=_generations(run), tool_results=c.generate.tool_results))
+    return validate_summary(validate(run, c.validate, generations=_generations(run),
+                                     tool_results=c.generate.tool_results))
 
 def _stage_context(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.context import context
@@ -219,22 +214,14 @@ def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
         return (f"capture: skipped (train.source is {c.train.source}: " +
                 ("the target runs in the training loop)" if c.train.source == "online" else
                  "training requests the states from vLLM servers as it goes, through a bounded spool)"))
-    from eagle3nb.context import capture_records
-    k = c.capture
-    if k.engine == "vllm":
-        from eagle3nb.capture_vllm import capture_vllm
-        return capture_summary(capture_vllm(run, k.urls, None, k.aux_layers, k.dtype, k.max_tokens, k.shard_tokens,
-                                            k.concurrency, fresh=fresh))
-    from eagle3nb.capture import capture
-    return capture_summary(capture(run, None, k.aux_layers, k.dtype, k.max_tokens, k.batch_tokens, k.shard_tokens,
-                                   k.model_dtype, records=capture_records(run), fresh=fresh))
+    from eagle3nb.capture_vllm import capture_stage
+    return capture_summary(capture_stage(run, c.capture, fresh=fresh))
 
 def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.train import train, train_vocab_sweep
     from eagle3nb.core import read_manifest
-    t = asdict(c.train)
     kw = dict(aux_layers=c.capture.aux_layers, capture=c.capture, fresh=fresh)   # a stream reads the capture's servers
-    train(run, **kw, **t)
+    train(run, c.train, **kw)
     if c.train.select == "tuning": select_on_tuning(run, c)
     s = train_summary(read_manifest(Run(run).train_dir))
     sweep = train_vocab_sweep(run, c.train, **kw)
@@ -257,7 +244,7 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.export import export
     def one(f):
-        try: return f"{f} → {export(run, f, k=c.export.k)}"
+        try: return f"{f} → {export(run, c.export, formats=[f])[f]}"
         except InputError as e: return f"{f}: not exported ({e})"   # a layout that cannot hold this drafter
     s = "export: " + "; ".join(one(f) for f in c.export.formats)
     return s + (f"; {_vllm_check(c, run)}" if c.export.vllm_check == "auto" else "")
@@ -360,9 +347,51 @@ def torch_cuda() -> bool:
     import torch
     return torch.cuda.is_available()
 
-# %% ../nbs/12b_pipeline.ipynb #1cada02b
+# %% ../nbs/12b_pipeline.ipynb #adca939c
 def _gib(b:float) -> str: return f"{b / 2**30:.2f} GiB" if b >= 2**27 else f"{b / 2**20:.1f} MiB"
 
+def plan_capture(c:PipelineConfig, shape:dict|None, # `target_shape(c.target)`: None where it is not readable here
+                 capture_tps:float=20000, # tokens a second the capture runs at (all its GPUs together), for its time
+                ) -> str:
+    "The plan's capture line: tokens × bytes a token beside the disk free, or what a run that stores nothing does."
+    run = Path(c.run)
+    n = capture_need(run, c, shape) if shape else None
+    hours = f"; {n['tokens'] / capture_tps / 3600:,.1f} h at {capture_tps:,.0f} tokens/s" if n else ""
+    if shape and c.train.source == "offline":
+        free = free_bytes(run)      # on the filesystem the run lives on, or will: its nearest existing parent's
+        return (f"{'' if n['exact'] else '≤ '}{n['tokens']:,} tokens × {n['bytes_per_token']:,} B/token "
+                f"({c.capture.dtype}) = {_gib(n['bytes'])}; {_gib(n['shard_bytes'])} a shard of "
+                f"{c.capture.shard_tokens:,} tokens; {_gib(free)} free{hours}"
+                + ("; DOES NOT FIT (the run refuses it before its first stage)" if n["bytes"] > free else ""))
+    what = {"online": "nothing stored (training is online)",
+            "stream": f"streamed: at most {c.train.spool_gb} GB spooled at once"}.get(c.train.source, "sizes unknown")
+    return what + (f" ({n['tokens']:,} tokens{hours})" if n else "")
+
+# %% ../nbs/12b_pipeline.ipynb #4353d5a1
+def plan_train(c:PipelineConfig, shape:dict, # `target_shape(c.target)`
+               gpu_mem:float|None=None, # GiB of one GPU: the plan says how many such GPUs training needs
+              ) -> list:
+    "The plan's training lines: the drafter at its K and N, one process's memory, GPUs needed, the fit here."
+    f, t = train_fit(c, shape, gpu_mem), c.train
+    o, h = f["one_gpu"], f["here"]
+    out = [f"K={t.ttt_steps}, N={o['N']:,}: {o['trained_params']:,} trained parameters, {t.batch_tokens:,} tokens a "
+           "step" + (f"; then {len(t.vocab_sweep)} more drafters as long, N in {t.vocab_sweep} (the vocabulary sweep)"
+                     if t.vocab_sweep else ""),
+           f"           one process on one GPU: weights {_gib(o['weights'])}, gradients {_gib(o['grads'])}, "
+           f"AdamW state ({t.optim_state}) {_gib(o['optimizer'])}, target's frozen tensors {_gib(o['frozen'])}, "
+           f"activation peak {_gib(o['activations'])} a step: {_gib(o['total'])}"]
+    if gpu_mem:
+        out.append(f"           GPUs of {gpu_mem:g} GiB: " + (f"{f['gpus']} (torchrun; each holds the weights, "
+                   f"gradients and AdamW state, and 1/{f['gpus']} of the batch)" if f["gpus"] else
+                   f"none is enough: the weights, gradients, AdamW state and frozen tensors alone need "
+                   f"{_gib(o['total'] - o['activations'])} in each"))
+    halve = "; optim_state = \"bfloat16\" halves AdamW's state" if t.optim_state == "float32" else ""
+    out.append(f"           this machine ({f['device_here']}): needs {_gib(h['total'])}, {_gib(f['available_here'])} "
+               "available: " + ("fits" if f["fits_here"] else
+                                f"DOES NOT FIT (eagle3nb train refuses it before loading anything{halve})"))
+    return out
+
+# %% ../nbs/12b_pipeline.ipynb #1cada02b
 def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
          gpu_mem:float|None=None, # GiB of one GPU: the plan says how many such GPUs training needs
          capture_tps:float=20000, # tokens a second the capture runs at (all its GPUs together), for its time
@@ -384,39 +413,10 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
            + (f" (prompts ≤ {g.max_prompt_tokens} tokens)" if g.max_prompt_tokens else ""),
            f"  validate [{runs('validate')}]: every generated sample",
            f"  context  [{runs('context')}]: {c.context.n_prompts} records"]
-    n = capture_need(run, c, shape) if shape else None
-    if n: hours = f"; {n['tokens'] / capture_tps / 3600:,.1f} h at {capture_tps:,.0f} tokens/s"
-    if shape and c.train.source == "offline":
-        free = free_bytes(run)      # on the filesystem the run lives on, or will: its nearest existing parent's
-        out.append(f"  capture  [{runs('capture')}]: {'' if n['exact'] else '≤ '}{n['tokens']:,} tokens × "
-                   f"{n['bytes_per_token']:,} B/token ({c.capture.dtype}) = {_gib(n['bytes'])}; "
-                   f"{_gib(n['shard_bytes'])} a shard of {c.capture.shard_tokens:,} tokens; {_gib(free)} free{hours}"
-                   + ("; DOES NOT FIT (the run refuses it before its first stage)" if n["bytes"] > free else ""))
-    else:
-        what = {"online": "nothing stored (training is online)",
-                "stream": f"streamed: at most {c.train.spool_gb} GB spooled at once"}
-        what = what.get(c.train.source, "sizes unknown")
-        out.append(f"  capture  [{runs('capture')}]: {what}" + (f" ({n['tokens']:,} tokens{hours})" if n else ""))
+    out.append(f"  capture  [{runs('capture')}]: {plan_capture(c, shape, capture_tps)}")
     if shape:
-        f = train_fit(c, shape, gpu_mem)
-        out.append(f"  train    [{runs('train')}]: K={c.train.ttt_steps}, N={f['one_gpu']['N']:,}: "
-                   f"{f['one_gpu']['trained_params']:,} trained parameters, {c.train.batch_tokens:,} tokens a step"
-                   + (f"; then {len(c.train.vocab_sweep)} more drafters as long, N in {c.train.vocab_sweep} "
-                      "(the vocabulary sweep)" if c.train.vocab_sweep else ""))
-        o, h = f["one_gpu"], f["here"]
-        out.append(f"           one process on one GPU: weights {_gib(o['weights'])}, gradients {_gib(o['grads'])}, "
-                   f"AdamW state ({c.train.optim_state}) {_gib(o['optimizer'])}, target's frozen tensors "
-                   f"{_gib(o['frozen'])}, activation peak {_gib(o['activations'])} a step: {_gib(o['total'])}")
-        if gpu_mem:
-            out.append(f"           GPUs of {gpu_mem:g} GiB: " + (f"{f['gpus']} (torchrun; each holds the weights, "
-                       f"gradients and AdamW state, and 1/{f['gpus']} of the batch)" if f["gpus"] else
-                       f"none is enough: the weights, gradients, AdamW state and frozen tensors alone need "
-                       f"{_gib(o['total'] - o['activations'])} in each"))
-        out.append(f"           this machine ({f['device_here']}): needs {_gib(h['total'])}, "
-                   f"{_gib(f['available_here'])} available: " + ("fits" if f["fits_here"] else
-                   "DOES NOT FIT (eagle3nb train refuses it before loading anything"
-                   + ("; optim_state = \"bfloat16\" halves AdamW's state" if c.train.optim_state == "float32" else "")
-                   + ")"))
+        first, *more = plan_train(c, shape, gpu_mem)
+        out += [f"  train    [{runs('train')}]: {first}", *more]
     out.append(f"  evaluate [{runs('evaluate')}]: {'every' if e.n_prompts is None else e.n_prompts} held-out "
                f"prompts × ≤ {e.max_new_tokens} tokens, K in {e.ks}" + (f"; then {e.sealed_n_prompts} sealed prompts "
                "from the far end of the data (replay)" if e.sealed_n_prompts else "")

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from fastcore.basics import patch
 from tqdm.auto import tqdm
-from .core import (InputError, BadLine, JsonlReader, JsonlWriter, PromptRecord, Tally,
-                           jsonl_writers_atomic, stage_dir, write_manifest)
+from .core import (DEFAULT_TARGET, InputError, BadLine, JsonlReader, JsonlWriter, PromptRecord, Tally,
+                           jsonl_writers_atomic, stage_dir, with_overrides, write_manifest)
 from .models import asset_path, load_target
 
 # %% auto #0
@@ -336,19 +336,15 @@ class PrepareConfig:
     heldout_share: float = 0.1  # share of conversations kept for evaluation (a hash of the conversation id decides)
 
 # %% ../nbs/02_prompts.ipynb #d6a5ebd5
-def prepare(inputs, # input files (JSON array or JSONL) or built-in dataset names, e.g. "sharegpt"
-            target, # a target name or model directory (its tokenizer and template render the prompts)
-            run, # the run directory; output goes to `run/prompts/`
-            max_prompt_tokens:int|None=None, # reject longer prompts (default: the target's context length)
-            thinking:bool|None=None, # reasoning on/off in the template (None: the template's default)
-            tools:bool=True, # pass rows' tool definitions to the template
-            limit:int|None=None, # read at most this many rows in all (None: all)
-            drop_leading_assistant:bool=True, # drop assistant turns before the first user turn (else reject the row)
+def prepare(run, # the run directory; output goes to `run/prompts/`
+            cfg:PrepareConfig|None=None, # the settings (default `PrepareConfig()`): `inputs`, limit, thinking, ...
+            target=DEFAULT_TARGET, # a target name, model directory or `Target` (its tokenizer and template render)
             progress:bool=True, # show a progress bar
-            thinking_share:float|None=None, # mixed modes: this share of conversations with reasoning on, the rest off
-           ) -> dict:
-    "Render turn-0 prompts for every input row; return the manifest."
-    t0 = time.time()
+            **overrides) -> dict:
+    "Render turn-0 prompts for every input row of `inputs`; return the manifest."
+    t0, c = time.time(), with_overrides(PrepareConfig, cfg, overrides)
+    inputs, limit, thinking, thinking_share, tools = c.inputs, c.limit, c.thinking, c.thinking_share, c.tools
+    drop_leading_assistant, max_prompt_tokens = c.drop_leading_assistant, c.max_prompt_tokens
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     paths = [resolve_input(i) for i in inputs]
     tgt = load_target(target) if isinstance(target, (str, Path)) else target

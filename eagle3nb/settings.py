@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib, typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from .core import DEFAULT_RUN, Run, STAGES, InputError, read_json
+from .core import DEFAULT_RUN, DEFAULT_TARGET, Run, STAGES, InputError, need_urls, read_json
 from .prompts import PrepareConfig
 from .generate import GenerateConfig
 from .validate import ValidateConfig
@@ -27,7 +27,7 @@ __all__ = ['SECTION', 'RENAMED', 'MAIN_JOB', 'SIZES', 'PipelineConfig', 'config_
 class PipelineConfig:
     "Every setting of the main job: one section per stage, each the stage's own config dataclass."
     run: str = DEFAULT_RUN  # run directory: every stage writes its own subdirectory
-    target: str = "smollm2"  # a model directory or a built-in name
+    target: str = DEFAULT_TARGET  # a model directory or a built-in name
     data: PrepareConfig = field(default_factory=PrepareConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     validate: ValidateConfig = field(default_factory=ValidateConfig)
@@ -152,16 +152,14 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
     engines = ("serve", "local", "sglang", "vllm")
     if c.generate.engine not in engines:
         raise InputError(f"[generate] engine = {c.generate.engine!r}: use one of {', '.join(engines)}")
-    if c.generate.engine in ("sglang", "vllm") and not c.generate.urls:
-        raise InputError(f"[generate] engine = {c.generate.engine!r} needs `urls` "
-                         "(e.g. urls = [\"http://gpu1:30000\"])")
+    if c.generate.engine in ("sglang", "vllm"):
+        need_urls(c.generate.urls, f"[generate] engine = {c.generate.engine!r}", "`urls`")
     if c.generate.engine in ("serve", "local") and c.generate.urls:
         raise InputError(f"[generate] urls are only for engine sglang or vllm (engine is {c.generate.engine!r})")
     if c.capture.engine not in ("local", "vllm"):
         raise InputError(f"[capture] engine = {c.capture.engine!r}: use local or vllm")
-    if c.capture.engine == "vllm" and not c.capture.urls:
-        raise InputError("[capture] engine = \"vllm\" needs `urls` (servers from "
-                         "`eagle3nb capture --print_server_command`)")
+    start = "start them with the command `eagle3nb capture --print_server_command` prints"
+    if c.capture.engine == "vllm": need_urls(c.capture.urls, "[capture] engine = \"vllm\"", "`urls`", start)
     if c.capture.urls and c.capture.engine != "vllm" and c.train.source != "stream":
         raise InputError("[capture] urls are for engine = \"vllm\" or [train] source = \"stream\" (the servers a "
                          "capture or a stream reads)")
@@ -171,9 +169,7 @@ def check_config(c:PipelineConfig) -> PipelineConfig:
         raise InputError(f"[export] vllm_check = {c.export.vllm_check!r}: use auto or never")
     if c.train.source not in ("offline", "online", "stream"):
         raise InputError(f"[train] source = {c.train.source!r}: use offline, online or stream")
-    if c.train.source == "stream" and not c.capture.urls:
-        raise InputError("[train] source = \"stream\" needs [capture] urls: vLLM servers started with the command "
-                         "`eagle3nb capture --print_server_command` prints")
+    if c.train.source == "stream": need_urls(c.capture.urls, "[train] source = \"stream\"", "[capture] urls", start)
     if not c.evaluate.ks or any(not isinstance(k, int) or k < 1 for k in c.evaluate.ks):
         raise InputError(f"[evaluate] ks = {c.evaluate.ks}: a list of chain lengths ≥ 1, e.g. [1, 2, 3]")
     if c.generate.tool_results not in TOOL_RESULTS:

@@ -8,8 +8,8 @@ import atexit, hashlib, json, os, queue, threading, time
 from pathlib import Path
 import torch
 from fastcore.basics import patch
-from .core import (Run, DiskFullError, InputError, JsonlReader, disk_full_said, write_jsonl_atomic,
-                           write_manifest)
+from .core import (Run, DiskFullError, InputError, JsonlReader, disk_full_said, need_urls,
+                           write_jsonl_atomic, write_manifest)
 from .capture import _DT, default_aux_layers, first_nonfinite, record_hash
 from .capture_vllm import VllmHiddenStates, _fetch, _probe, final_norm, read_hidden_states, server_layer_ids
 from .models import load_target
@@ -218,10 +218,9 @@ class StreamSource:
         self.want, self.norm, self.retries = server_layer_ids(self.aux_layers, self.L), final_norm(self.tgt), retries
         self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
         self.tag = "s" + hashlib.sha256(str(self.run.path.resolve()).encode()).hexdigest()[:7]
-        if servers is None and not urls:
-            raise InputError("source stream needs the capture's servers, [capture] urls (`eagle3nb train --urls`): one "
-                             "or more vLLM servers started with `eagle3nb capture --print_server_command`")
-        self.servers = servers or [VllmHiddenStates(u, timeout, self.tag) for u in urls]
+        self.servers = servers or [VllmHiddenStates(u, timeout, self.tag) for u in need_urls(
+            urls, "source stream", "the capture's servers, [capture] urls (`eagle3nb train --urls`)",
+            "start them with `eagle3nb capture --print_server_command`")]
         self._connect()
 
 # %% ../nbs/08b_stream.ipynb #f1a3175b

@@ -10,7 +10,7 @@ from dataclasses import dataclass, asdict
 from pathlib import Path
 from fastcore.basics import patch
 from .core import (Run, InputError, JsonlReader, Tally, atomic_write_text, jsonl_writers_atomic,
-                           manifest_config, md_table, stage_dir, write_json, write_manifest)
+                           manifest_config, md_table, stage_dir, with_overrides, write_json, write_manifest)
 from .models import load_tokenizer
 from .templates import TokenProfile, derive_profile, forbidden_table
 from .segment import TOOL_RESULTS, Problem, check_record, next_turn, training_row
@@ -204,15 +204,16 @@ class ValidateConfig:
 
 # %% ../nbs/06b_validate.ipynb #cb6c5eeb
 def validate(run, # the run directory (reads generate/ and prompts/, writes validate/)
+             cfg:ValidateConfig|None=None, # the settings (default `ValidateConfig()`): family, drop_truncated, masks
              target=None, # tokenizer source: model dir or name (default: the prompts' target)
-             family:str|None=None, # override the detected family
-             drop_truncated:bool=False, # reject length-truncated samples (default: kept, flagged, never given an end)
-             mask_reasoning:bool=False, mask_tool_calls:bool=False, # exclude these segments from the loss
              generations=None, # read generation records from here instead of run/generate/generations.jsonl
              prompts=None, # prompt records (default: the generate manifest's `prompts`, else run/prompts/prompts.jsonl)
              tool_results:str="matching", # [generate] tool_results: matching, recorded or stop
-             progress:bool=True) -> dict:
+             progress:bool=True, **overrides) -> dict:
     "Check, segment and mask a run's generations; write records, rejects, report, SpecForge rows, next-turn prompts."
+    c = with_overrides(ValidateConfig, cfg, overrides)
+    family, drop_truncated, mask_reasoning, mask_tool_calls = c.family, c.drop_truncated, c.mask_reasoning, \
+        c.mask_tool_calls
     from tqdm.auto import tqdm
     t0, run = time.time(), Run(run)
     if tool_results not in TOOL_RESULTS:

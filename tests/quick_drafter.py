@@ -26,7 +26,7 @@ def fit_drafter(target:str, texts=TEXTS, max_new_tokens:int=48, steps:int=80, tt
     with JsonlWriter(run/"validate/records.jsonl") as w:
         for i, (p, o) in enumerate(zip(prompts, outs)): w.write({"id": f"q{i}", "input_ids": p + o,
                                                                  "loss_mask": [0] * len(p) + [1] * len(o)})
-    capture(run, target, dtype="float32", progress=False)
+    capture(run, target=target, dtype="float32", progress=False)
     train(run, ttt_steps=ttt_steps, max_steps=steps, lr=lr, warmup_steps=5, heldout=0.0, batch_tokens=1 << 16,
           seed=seed,
           draft_vocab_size=min(draft_vocab_size, eng.vocab_size), log_every=steps, ckpt_every=steps, progress=False,

@@ -31,7 +31,7 @@ def test_nonfinite_sample_is_quarantined_and_capture_goes_on(tmp_path):
     _records(tmp_path/"run", 10)
     recs_bad = {"id": "bad", "input_ids": [1, 5, 777, 9], "loss_mask": [0, 1, 1, 1]}
     with JsonlWriter(tmp_path/"run/validate/records.jsonl") as w_: w_.write(recs_bad)
-    m = capture(tmp_path/"run", poisoned, progress=False)
+    m = capture(tmp_path/"run", target=poisoned, progress=False)
     assert (m["counts"]["captured"], m["counts"]["quarantined"], m["counts"]["records"]) == (10, 1, 11)
     q = read_jsonl(tmp_path/"run/capture/quarantine-r0.jsonl")
     assert q[0]["id"] == "bad" and "non-finite values in aux layer 2 (HF index) at token" in q[0]["reason"]
@@ -39,7 +39,7 @@ def test_nonfinite_sample_is_quarantined_and_capture_goes_on(tmp_path):
 
 def test_budget_skip_and_batched_equals_one_by_one(tmp_path):
     recs = _records(tmp_path/"run", 12)
-    m = capture(tmp_path/"run", "tiny-llama", max_tokens=30, dtype="float32", batch_tokens=256, progress=False)
+    m = capture(tmp_path/"run", target="tiny-llama", max_tokens=30, dtype="float32", batch_tokens=256, progress=False)
     long_ids = {r["id"] for r in recs if len(r["input_ids"]) > 30}
     assert m["counts"]["skipped"] == len(long_ids) > 0
     assert {o["id"] for o in read_jsonl(tmp_path/"run/capture/skipped-r0.jsonl")} == long_ids
@@ -55,7 +55,7 @@ def test_budget_skip_and_batched_equals_one_by_one(tmp_path):
 def test_kill_9_mid_capture_then_resume(tmp_path):
     _records(tmp_path/"ref", 60)
     _records(tmp_path/"run", 60)
-    ref = capture(tmp_path/"ref", "tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
+    ref = capture(tmp_path/"ref", target="tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
     args = [str(BIN/"eagle3nb"), "capture", "--run", str(tmp_path/"run"), "--target", "tiny-llama",
             "--shard_tokens", "64", "--batch_tokens", "64"]
     env, marker = pause_env(tmp_path, "shard", 3)               # it waits after its third shard: killed there
@@ -78,7 +78,7 @@ def test_kill_9_mid_capture_then_resume(tmp_path):
 def test_torchrun_two_gloo_processes_equal_one(tmp_path):
     _records(tmp_path/"one", 30)
     _records(tmp_path/"two", 30)
-    capture(tmp_path/"one", "tiny-llama", shard_tokens=128, progress=False)
+    capture(tmp_path/"one", target="tiny-llama", shard_tokens=128, progress=False)
     r = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
              str(BIN/"eagle3nb"), "--", "capture", "--run", str(tmp_path/"two"), "--target", "tiny-llama",
              "--shard_tokens", "128"],
@@ -97,7 +97,7 @@ def test_rerun_after_kill_with_other_layers_is_refused(tmp_path):
     ("A kill -9 leaves shards and no manifest; a rerun asking for other layers (or dtypes) must not add shards of "
      "another configuration.")
     _records(tmp_path/"run", 12)
-    capture(tmp_path/"run", "tiny-llama", shard_tokens=64, progress=False)
+    capture(tmp_path/"run", target="tiny-llama", shard_tokens=64, progress=False)
     cap = tmp_path/"run/capture"
     (cap/"manifest.json").unlink()
     (cap/"index.jsonl").unlink()                                            # what a kill before the end leaves
@@ -106,24 +106,24 @@ def test_rerun_after_kill_with_other_layers_is_refused(tmp_path):
     assert cfg["aux_layers_hf"] == [2, 4, 5] and cfg["dtype"] == "bfloat16" and cfg["model_dtype"] == "float32"
     assert cfg["target"] == str(target_dir("tiny-llama")) and len(cfg["target_config_sha256"]) == 16
     with pytest.raises(InputError) as e:
-        capture(tmp_path/"run", "tiny-llama", aux_layers=[1, 3, 5], shard_tokens=64, progress=False)
+        capture(tmp_path/"run", target="tiny-llama", aux_layers=[1, 3, 5], shard_tokens=64, progress=False)
     assert ("aux_layers_hf=[2, 4, 5]" in str(e.value) and "aux_layers_hf=[1, 3, 5]" in str(e.value)
             and "--fresh" in str(e.value))
     with pytest.raises(InputError, match="dtype='bfloat16'.*dtype='float16'"):
-        capture(tmp_path/"run", "tiny-llama", dtype="float16", progress=False)
+        capture(tmp_path/"run", target="tiny-llama", dtype="float16", progress=False)
     r = run([str(BIN/"eagle3nb"), "capture", "--run", str(tmp_path/"run"), "--target", "tiny-llama",
              "--aux_layers", "1,3,5"])
     assert r.returncode == 2 and "--fresh" in r.stderr, r.stderr
     assert sorted(p.name for p in (cap/"shards").iterdir()) == shards                 # nothing added
-    m = capture(tmp_path/"run", "tiny-llama", aux_layers=[1, 3, 5], shard_tokens=64, fresh=True, progress=False)
+    m = capture(tmp_path/"run", target="tiny-llama", aux_layers=[1, 3, 5], shard_tokens=64, fresh=True, progress=False)
     assert m["counts"]["captured"] == 12 and m["config"]["aux_layers_hf"] == [1, 3, 5]
     assert json.loads((cap/"config.json").read_text())["aux_layers_hf"] == [1, 3, 5]
 
 def test_shards_without_config_are_refused(tmp_path):
     _records(tmp_path/"run", 4)
-    capture(tmp_path/"run", "tiny-llama", progress=False)
+    capture(tmp_path/"run", target="tiny-llama", progress=False)
     (tmp_path/"run/capture/config.json").unlink()
-    with pytest.raises(InputError, match="no config.json"): capture(tmp_path/"run", "tiny-llama", progress=False)
+    with pytest.raises(InputError, match="no config.json"): capture(tmp_path/"run", target="tiny-llama", progress=False)
 
 def _poisoned(tmp_path, value):
     "tiny-llama with the embedding row of token 777 set to `value`."
@@ -142,10 +142,10 @@ def test_float16_overflow_is_checked_after_the_cast(tmp_path):
         _records(tmp_path/run_dir, 4)
         with JsonlWriter(tmp_path/run_dir/"validate/records.jsonl") as w:
             w.write({"id": "big", "input_ids": [1, 5, 777, 9], "loss_mask": [0, 1, 1, 1]})
-    m32 = capture(tmp_path/"f32", big, dtype="float32", progress=False)
+    m32 = capture(tmp_path/"f32", target=big, dtype="float32", progress=False)
     assert (m32["counts"]["captured"], m32["counts"]["quarantined"]) == (5, 0)          # finite in float32
     assert CaptureReader(tmp_path/"f32/capture")["big"]["aux"].abs().max() > 65504
-    m16 = capture(tmp_path/"f16", big, dtype="float16", progress=False)
+    m16 = capture(tmp_path/"f16", target=big, dtype="float16", progress=False)
     assert (m16["counts"]["captured"], m16["counts"]["quarantined"]) == (4, 1)
     q = read_jsonl(tmp_path/"f16/capture/quarantine-r0.jsonl")
     assert q[0]["id"] == "big" and "after the cast to float16" in q[0]["reason"] and "at token 2" in q[0]["reason"]
@@ -158,10 +158,10 @@ def test_resume_under_another_world_size_reads_every_ranks_files(tmp_path):
     _records(tmp_path/"run", 6)
     with JsonlWriter(tmp_path/"run/validate/records.jsonl") as w: w.write({"id": "bad", "input_ids": [1, 5, 777, 9],
                                                                            "loss_mask": [0, 1, 1, 1]})
-    capture(tmp_path/"run", poisoned, progress=False)
+    capture(tmp_path/"run", target=poisoned, progress=False)
     cap = tmp_path/"run/capture"
     (cap/"quarantine-r0.jsonl").rename(cap/"quarantine-r1.jsonl")   # as rank 1 of a 2-process run would have left it
-    m = capture(tmp_path/"run", poisoned, progress=False)
+    m = capture(tmp_path/"run", target=poisoned, progress=False)
     assert (m["counts"]["captured"], m["counts"]["quarantined"], m["counts"]["records"]) == (6, 1, 7)
     assert m["counts"]["this_run_tokens_rank0"] == 0 and read_jsonl(cap/"quarantine-r0.jsonl") == []
 
@@ -183,7 +183,7 @@ def test_specforge_offline_files_load_in_specforge(tmp_path):
     from eagle3nb.capture import export_specforge
     data = _specforge_data_module()
     recs = _records(tmp_path/"run", 5)
-    capture(tmp_path/"run", "tiny-llama", progress=False)
+    capture(tmp_path/"run", target="tiny-llama", progress=False)
     n = export_specforge(tmp_path/"run/capture", tmp_path/"sf")
     assert n == 5
     by_id = {r["id"]: r for r in recs}

@@ -51,21 +51,21 @@ def _no_temporaries(d):
 
 def test_each_stage_on_a_full_tmpfs_says_so_and_resumes(small_disk):
     from eagle3nb.capture import capture
-    from eagle3nb.export import export
+    from eagle3nb.export import export_format
     from eagle3nb.train import train
     run = small_disk/"run"
     _records(run)
     # capture: shards of 64 tokens (41,360 bytes each), room for two
     _leave(small_disk, 100 << 10)
     with pytest.raises(DiskFullError, match=FULL) as e:
-        capture(run, "tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
+        capture(run, target="tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
     assert str(run/"capture") in str(e.value)
     print(f"\ncapture: {e.value}")
     _no_temporaries(run)
     kept = sorted((run/"capture/shards").glob("*.safetensors"))
     assert len(kept) == 2
     _leave(small_disk, 32 << 20)                                 # space freed: the rerun keeps what was written
-    m = capture(run, "tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
+    m = capture(run, target="tiny-llama", shard_tokens=64, batch_tokens=64, progress=False)
     assert all(p.exists() for p in kept) and m["counts"]["this_run_tokens_rank0"] < sum(
         len(r["input_ids"]) for r in read_jsonl(run/"validate/records.jsonl"))
     assert (m["counts"]["captured"], m["counts"]["records"]) == (24, 24)
@@ -87,12 +87,12 @@ def test_each_stage_on_a_full_tmpfs_says_so_and_resumes(small_disk):
     assert first.stat().st_mtime_ns == t_first                   # resumed from it, not trained again
     # export: the drafter's tensors do not fit
     _leave(small_disk, 16 << 10)
-    with pytest.raises(DiskFullError, match=FULL) as e: export(run, "sglang")
+    with pytest.raises(DiskFullError, match=FULL) as e: export_format(run, "sglang")
     assert "export/sglang/model.safetensors: no space left" in str(e.value)
     print(f"export: {e.value}")
     _no_temporaries(run)
     _leave(small_disk, 32 << 20)
-    assert (export(run, "sglang")/"model.safetensors").exists()
+    assert (export_format(run, "sglang")/"model.safetensors").exists()
     # reports and manifests (written whole, by a rename): nothing under the final name
     _leave(small_disk, 8 << 10)
     with pytest.raises(DiskFullError, match=FULL): write_json(run/"report.json", {"x": "y" * (64 << 10)})

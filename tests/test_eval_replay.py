@@ -79,7 +79,7 @@ def test_walk_predicts_the_loops_tau(fitted, tmp_path):
     with JsonlWriter(tmp_path/"validate/records.jsonl") as w:
         for i, (p, o) in enumerate(zip(prompts, outs)):
             w.write({"id": f"r{i}", "input_ids": p + o, "loss_mask": [0] * len(p) + [1] * len(o)})
-    capture(tmp_path, "tiny-llama", dtype="float32", progress=False)
+    capture(tmp_path, target="tiny-llama", dtype="float32", progress=False)
     src = OfflineSource(tmp_path/"capture")
     ids = [f"r{i}" for i in range(len(prompts))]
     vocab = (d.d2t + torch.arange(len(d.d2t))).tolist()

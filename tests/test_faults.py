@@ -51,12 +51,12 @@ def write_prompts(run, recs):
     with JsonlWriter(run/"prompts"/"prompts.jsonl") as w:
         for r in recs: w.write(r)
 
-def run_generate(run, url, sampling=None, engine_kw=None, **kw):
+def run_generate(run, url, engine_kw=None, **kw):
     "One `generate_async` on a fresh engine (an httpx client belongs to one event loop); returns (manifest, seconds)."
     async def go():
         e = engine(url, **(engine_kw or {}))
-        try: return await generate_async(run, [e], sampling or Sampling(max_new_tokens=4),
-                                         concurrency=4, progress=False, **kw)
+        try: return await generate_async(run, engines=[e], **{"max_new_tokens": 4, "concurrency": 4, **kw},
+                                         progress=False)
         finally: await e.aclose()
     t0 = time.time()
     m = asyncio.run(go())

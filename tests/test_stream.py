@@ -119,7 +119,7 @@ def rows(run, split="train"): return [r for r in read_jsonl(Path(run)/"train/met
 def offline(recs, server, tmp_path_factory):
     "Offline training on shards captured through the same server: the reference."
     off = copy(recs, tmp_path_factory.mktemp("off")/"run")
-    capture_vllm(off, [server.url], target="tiny-llama", dtype="bfloat16", progress=False)
+    capture_vllm(off, urls=[server.url], target="tiny-llama", dtype="bfloat16", progress=False)
     from eagle3nb.train import train
     t0 = time.time()
     train(off, target="tiny-llama", progress=False, **KW)

@@ -95,7 +95,7 @@ def test_prepare_on_real_qwen3_dir_with_template_error(tokenizer_files, tmp_path
             # Qwen3's template can't render parts
             {"id": "b", "messages": [{"role": "user", "content": [{"type": "image", "url": "x"}]}]}]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    m = prepare(src, tokenizer_files/"qwen3", tmp_path/"run", thinking=False, progress=False)
+    m = prepare(tmp_path/"run", target=tokenizer_files/"qwen3", inputs=[src], thinking=False, progress=False)
     assert m["counts"]["accepted"] == 1 and m["counts"]["rejected_by_reason"] == {"template_error": 1}
     rej = read_jsonl(tmp_path/"run/prompts/rejected.jsonl")
     assert rej[0]["id"] == "b" and rej[0]["where"]["line"] == 2 and rej[0]["detail"]

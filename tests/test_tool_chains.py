@@ -51,7 +51,7 @@ def _step(tok, prof, prec:dict, out:list, tool_results="matching"):
 def _prompts(tmp_path, target, ids, thinking=None) -> dict:
     rows = [ROWS[i] for i in ids]
     (tmp_path/"in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    prepare(tmp_path/"in.jsonl", target, tmp_path, thinking=thinking, progress=False)
+    prepare(tmp_path, target=target, inputs=[tmp_path/"in.jsonl"], thinking=thinking, progress=False)
     return {p["id"]: p for p in read_jsonl(Run(tmp_path).prompts)}
 
 def test_qwen3_tool_chain_round_trip_matching_and_parallel(qwen, tmp_path):
@@ -153,7 +153,7 @@ def test_tool_conversations_read_in_every_format(qwen, kimi_dir, tmp_path):
     for target, name in ((qwen, "qwen3"), (kimi_dir, "kimi")):
         (tmp_path/name/"in.jsonl").parent.mkdir()
         (tmp_path/name/"in.jsonl").write_text("".join(json.dumps(sharegpt(r)) + "\n" for r in ROWS.values()))
-        m = prepare(tmp_path/name/"in.jsonl", target, tmp_path/name, progress=False)
+        m = prepare(tmp_path/name, target=target, inputs=[tmp_path/name/"in.jsonl"], progress=False)
         assert m["counts"]["accepted"] == len(ROWS), m["counts"]
         tok = load_tokenizer(target)
         text = tok.decode(read_jsonl(Run(tmp_path/name).prompts)[0]["prompt_ids"])
@@ -206,7 +206,7 @@ def test_tool_chain_end_to_end_through_sglang_wire_with_kill_9(qwen, tmp_path):
     tok = load_tokenizer(qwen)
     script = _qwen_script(tok)
     (tmp_path/"in.jsonl").write_text(DATA.read_text())
-    prepare(tmp_path/"in.jsonl", qwen, tmp_path/"r0", thinking=True, progress=False)
+    prepare(tmp_path/"r0", target=qwen, inputs=[tmp_path/"in.jsonl"], thinking=True, progress=False)
     chains, prompts_file = [], None
     with ScriptedServer(script, hold="fx-changed-t0", context_length=8192) as srv:
         for step in range(3):

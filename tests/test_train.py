@@ -24,7 +24,7 @@ def captured(tmp_path_factory):
     "A float32 capture of tiny-llama's greedy outputs (copied per test)."
     d = tmp_path_factory.mktemp("cap")/"run"
     _greedy_records(d)
-    capture(d, "tiny-llama", dtype="float32", progress=False)
+    capture(d, target="tiny-llama", dtype="float32", progress=False)
     return d
 
 def _copy(src, dst):
@@ -108,7 +108,7 @@ def test_drafter_learns_a_tiny_target_and_generalises_to_held_out_records(tmp_pa
      "step 200.")
     from eagle3nb.train import train
     _greedy_records(tmp_path, "tiny-bigram", n=1024, prompt_len=12, new=16, vocab=512)
-    capture(tmp_path, "tiny-bigram", dtype="float32", progress=False)
+    capture(tmp_path, target="tiny-bigram", dtype="float32", progress=False)
     m = train(tmp_path, ttt_steps=1, draft_vocab_size=512, max_steps=600, lr=2e-2, warmup_steps=10, batch_tokens=2048,
               heldout=0.15, eval_every=50, log_every=50, progress=False)
     rows = [r for r in read_jsonl(tmp_path/"train/metrics.jsonl") if r["split"] == "heldout"]
@@ -124,7 +124,7 @@ def test_heldout_records_without_labels_are_trained_on(tmp_path):
     for r in recs[::2]: r["loss_mask"] = [0] * len(r["loss_mask"])      # every other record: the prompt only
     with JsonlWriter(tmp_path/"validate/records.jsonl") as w:
         for r in recs: w.write(r)
-    capture(tmp_path, "tiny-llama", dtype="float32", progress=False)
+    capture(tmp_path, target="tiny-llama", dtype="float32", progress=False)
     ids = sorted(r["id"] for r in recs)
     _, held = heldout_split(ids, 0.5, 0)
     bare = {r["id"] for r in recs[::2]}
@@ -197,7 +197,7 @@ def test_tau_walk_walks_greedy_answers_only(tmp_path):
     recs = read_jsonl(tmp_path/"validate/records.jsonl")
     for r in recs[:6]: r["id"] = "context-" + r["id"]   # a dataset's reply: labels, but not the target's output
     write_jsonl_atomic(tmp_path/"validate/records.jsonl", recs)
-    capture(tmp_path, "tiny-llama", dtype="float32", progress=False)
+    capture(tmp_path, target="tiny-llama", dtype="float32", progress=False)
     _, held = heldout_split(sorted(r["id"] for r in recs), 0.5, 0)
     assert any(i.startswith("context-") for i in held) and not all(i.startswith("context-") for i in held)
     kw = dict(ttt_steps=2, draft_vocab_size=256, max_steps=1, batch_tokens=256, heldout=0.5, progress=False, fresh=True)

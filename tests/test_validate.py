@@ -98,7 +98,7 @@ def test_kimi_multiturn_history_is_token_exact(kimi, kimi_dir, tmp_path):
     row = {"id": "k", "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
                                    {"role": "user", "content": "times 3?"}]}
     (tmp_path/"in.jsonl").write_text(json.dumps(row) + "\n")
-    prepare(tmp_path/"in.jsonl", kimi_dir, tmp_path, progress=False)
+    prepare(tmp_path, target=kimi_dir, inputs=[tmp_path/"in.jsonl"], progress=False)
     prec = read_jsonl(tmp_path/"prompts/prompts.jsonl")[0]
     out = tok.encode("Add two and two.") + [163607] + tok.encode("It is 4.") + [163586]
     with JsonlWriter(tmp_path/"generate/generations.jsonl") as w:

@@ -223,7 +223,7 @@ def test_validate_report_lists_the_markers_it_enforces(tmp_path):
     (tmp_path/"in.jsonl").write_text("".join(
         json.dumps({"id": f"r{k}", "messages": [{"role": "user", "content": "Weather in Paris?"}]}) + "\n"
         for k in range(2)))
-    prepare(tmp_path/"in.jsonl", d, tmp_path/"run", progress=False)
+    prepare(tmp_path/"run", target=d, inputs=[tmp_path/"in.jsonl"], progress=False)
     P = {r["id"]: r for r in read_jsonl(tmp_path/"run/prompts/prompts.jsonl")}
     _, cases = _fakes_deepseek(tok, "r1-0528")
     outs = {"r0-t0": cases["real_call"][0], "r1-t0": cases["tool_reply"][0]}

@@ -73,7 +73,7 @@ def setup(tmp_path_factory):
     local = {}
     for dt in ("float32", "bfloat16"):
         run = write_records(base/f"local-{dt}", recs)
-        m = capture(run, "smollm2", dtype=dt, max_tokens=MAX_MODEL_LEN - 1, progress=False)
+        m = capture(run, target="smollm2", dtype=dt, max_tokens=MAX_MODEL_LEN - 1, progress=False)
         assert (m["counts"]["captured"], m["counts"]["skipped"]) == (len(recs) - 1, 1)
         local[dt] = run
     storage = base/"server-states"
@@ -90,7 +90,7 @@ def setup(tmp_path_factory):
 def test_vllm_shards_equal_local_capture(setup):
     s = setup
     run = write_records(s["base"]/"vllm-float32", s["recs"])
-    m = capture_vllm(run, [s["url"]], target="smollm2", dtype="float32", progress=False)
+    m = capture_vllm(run, urls=[s["url"]], target="smollm2", dtype="float32", progress=False)
     c = m["counts"]
     assert (c["records"], c["captured"], c["skipped"],
             c["quarantined"], c["failed"]) == (len(s["recs"]), len(s["recs"]) - 1, 1, 0, 0)
@@ -114,7 +114,7 @@ def test_vllm_bf16_equals_local_after_the_cast(setup):
     import torch
     s = setup
     run = write_records(s["base"]/"vllm-bfloat16", s["recs"])
-    m = capture_vllm(run, [s["url"], s["url"]], target="smollm2", dtype="bfloat16", concurrency=3, progress=False)
+    m = capture_vllm(run, urls=[s["url"], s["url"]], target="smollm2", dtype="bfloat16", concurrency=3, progress=False)
     assert m["counts"]["captured"] == len(s["recs"]) - 1 and m["storage"]["minimum_bytes_per_token"] == 4613
     A, B = CaptureReader(run/"capture"), CaptureReader(s["local"]["bfloat16"]/"capture")
     n = same = 0
@@ -160,7 +160,7 @@ def test_wrong_token_echo_fails_the_record_and_a_rerun_captures_it(setup):
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     run = write_records(s["base"]/"vllm-echo", s["recs"])
-    try: m = capture_vllm(run, [f"http://127.0.0.1:{proxy.server_address[1]}"], target="smollm2",
+    try: m = capture_vllm(run, urls=[f"http://127.0.0.1:{proxy.server_address[1]}"], target="smollm2",
                           dtype="float32", progress=False)
     finally: proxy.shutdown()
     c = m["counts"]
@@ -171,7 +171,7 @@ def test_wrong_token_echo_fails_the_record_and_a_rerun_captures_it(setup):
     assert ([x["id"] for x in f] == [victim["id"]]
             and f"differs from the record at token {n - 1} of {n}" in f[0]["reason"])
     assert victim["id"] not in CaptureReader(run/"capture").index    # never silently captured
-    m2 = capture_vllm(run, [s["url"]], target="smollm2", dtype="float32", progress=False)   # failures are retried
+    m2 = capture_vllm(run, urls=[s["url"]], target="smollm2", dtype="float32", progress=False)   # failures are retried
     assert (m2["counts"]["captured"], m2["counts"]["failed"],
             m2["counts"]["this_run_tokens_rank0"]) == (len(s["recs"]) - 1, 0, n)
     assert worst_difference(run, s["local"]["float32"], s["H"]) <= 1e-4
@@ -180,7 +180,7 @@ def test_server_with_other_layers_is_refused_before_anything_is_written(setup):
     s = setup
     run = write_records(s["base"]/"vllm-layers", s["recs"])
     with pytest.raises(InputError) as e:
-        capture_vllm(run, [s["url"]], target="smollm2", aux_layers=[3, 15, 27], progress=False)
+        capture_vllm(run, urls=[s["url"]], target="smollm2", aux_layers=[3, 15, 27], progress=False)
     msg = str(e.value)
     assert "writes layers [2, 15, 27, 30]; this capture needs [3, 15, 27, 30]" in msg and "restart it with:" in msg
     assert '"eagle_aux_hidden_state_layer_ids": [3, 15, 27, 30]' in msg
@@ -189,7 +189,7 @@ def test_server_with_other_layers_is_refused_before_anything_is_written(setup):
 def test_kill_9_mid_capture_then_rerun_resumes(setup):
     s = setup
     run = write_records(s["base"]/"vllm-kill", s["recs"])
-    code = (f"from eagle3nb.capture_vllm import capture_vllm; capture_vllm({str(run)!r}, [{s['url']!r}], "
+    code = (f"from eagle3nb.capture_vllm import capture_vllm; capture_vllm({str(run)!r}, urls=[{s['url']!r}], "
             "target='smollm2', dtype='float32', shard_tokens=64, concurrency=1, progress=False)")
     env, marker = pause_env(s["base"], "shard", 3)             # it waits after its third shard: killed there
     p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env=env)
@@ -200,7 +200,7 @@ def test_kill_9_mid_capture_then_rerun_resumes(setup):
     done = len({r["id"] for f in sdir.glob("*.index.jsonl") for r in read_jsonl(f)})
     assert 0 < done < len(s["recs"]) - 1                         # killed mid-capture
     time.sleep(1)                                                # the request in flight at the kill is written
-    m = capture_vllm(run, [s["url"]], target="smollm2", dtype="float32", progress=False)
+    m = capture_vllm(run, urls=[s["url"]], target="smollm2", dtype="float32", progress=False)
     c = m["counts"]
     total = sum(len(r["input_ids"]) for r in s["recs"][:-1])
     assert (c["captured"], c["skipped"], c["failed"], c["quarantined"]) == (len(s["recs"]) - 1, 1, 0, 0)

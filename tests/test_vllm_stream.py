@@ -37,7 +37,7 @@ def setup(server, tmp_path_factory):
     recs = make_records(load_target("smollm2").tokenizer, n=10, seed=1)[:-1]
     base = tmp_path_factory.mktemp("vstream")
     off = write_records(base/"offline", recs)
-    capture_vllm(off, [server], target="smollm2", dtype="bfloat16", concurrency=1, progress=False)
+    capture_vllm(off, urls=[server], target="smollm2", dtype="bfloat16", concurrency=1, progress=False)
     from eagle3nb.train import train
     t0 = time.time()
     train(off, target="smollm2", progress=False, **KW)
