@@ -89,7 +89,7 @@ def _k_figure(plt, report:dict, note:str):
     return fig, list(axs)
 
 
-# %% ../nbs/10c_evaluate.ipynb #e74eca5b
+# %% ../nbs/10c_evaluate.ipynb #dfb2be37
 def _vocab_figure(plt, report:dict, note:str):
     "Tokens per target forward against the draft vocabulary's size N (a vocabulary sweep), n-gram's best beside."
     sw = report["vocab_sweep"]

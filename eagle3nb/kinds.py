@@ -96,7 +96,7 @@ def acceptance_by_kind(es, # `evaluate.EvalSetup` with its models open
             per[m].append((r.get("conversation", r["id"]), kind_counts(segs, len(p), len(o), cyc)))
     return {m: pool_kinds(v, es.cfg.resamples // 2, es.cfg.seed) for m, v in per.items()}
 
-# %% ../nbs/10ba_kinds.ipynb #4b5d9a73
+# %% ../nbs/10ba_kinds.ipynb #e8567cac
 def acceptance_by_mode(lines:list, # a set's per-prompt lines (`per_prompt.jsonl`), each with `thinking` where known
                        ks:dict, # method → the K chosen on all the set's prompts
                        max_new_tokens:int, resamples:int=2000, seed:int=0) -> dict|None:

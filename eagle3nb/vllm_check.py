@@ -43,7 +43,7 @@ def _hint(log_text:str) -> str:
         return "no room for the weights and the KV cache: a smaller max_model_len or VLLM_CPU_KVCACHE_SPACE"
     return "read the log"
 
-# %% ../nbs/11a_vllm_check.ipynb #5f34be9a
+# %% ../nbs/11a_vllm_check.ipynb #e73fa0d8
 VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, applied only where broken.
 def _eagle3nb_fix_expand():
     import sys
@@ -170,7 +170,7 @@ def compare_rows(vllm:dict, ours:dict|None) -> dict|None:
             "drafts": sub("drafts"), "accepted": sub("accepted"),
             "drafts_pct": r(100 * (vllm["drafts"] - ours["drafts"]) / ours["drafts"]) if ours.get("drafts") else None}
 
-# %% ../nbs/11a_vllm_check.ipynb #e7b6e712
+# %% ../nbs/11a_vllm_check.ipynb #d98b76a2
 def replay_row(records:list, # per-prompt records (`evaluate/per_prompt.jsonl` lines) of the prompts served
                k:int, method:str="eagle3") -> dict:
     "eagle3nb's replay counters of `method` at `k`, summed over `records`, as a row like `vllm_row`'s."
@@ -253,7 +253,7 @@ def _expected(expected, ids:list) -> list|None:
     if expected is None: return None
     return [expected[i] for i in ids] if isinstance(expected, dict) else list(expected)
 
-# %% ../nbs/11a_vllm_check.ipynb #6658f5fa
+# %% ../nbs/11a_vllm_check.ipynb #c6458b38
 def sampled_pass(url:str, ps:list, k:int, max_new_tokens:int, timeout:float, concurrency:int,
                  sampled:dict, # `{temperature, top_p, top_k, seeds, records}` (records: the replay's of `ps`)
                  before:str, # /metrics after the greedy pass
