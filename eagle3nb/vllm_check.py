@@ -170,11 +170,12 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
                server_args:tuple=(), # more vLLM arguments, e.g. ("--tensor-parallel-size", "8")
                timeout:float=900,
                concurrency:int=1, # requests in flight (1: one at a time, as the replay decodes them)
+               method:str="eagle3", # the drafter's kind: eagle3 (a speculators export) or dflash (`dflash.save_dflash`)
               ) -> dict:
     "vLLM serving the export at K: its counters' τ, tokens per forward, outputs vs expected, beside eagle3nb's row."
     log = Path(log or Path(tempfile.mkdtemp(prefix="vllm-check-"))/"server.log")
     head = {"k": int(k), "n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "log": str(log),
-            "concurrency": concurrency}
+            "concurrency": concurrency, **({"method": method} if method != "eagle3" else {})}
     t0 = time.time()
     try:
         ids, ps = _ids(prompts)
@@ -182,7 +183,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
         if not ps: raise VllmError("no prompts to send")
         if not (Path(export_dir)/"config.json").exists():
             raise VllmError(f"{export_dir}/config.json is missing: export the drafter first (eagle3nb export)")
-        spec = json.dumps({"method": "eagle3", "model": str(export_dir), "num_speculative_tokens": int(k)})
+        spec = json.dumps({"method": method, "model": str(export_dir), "num_speculative_tokens": int(k)})
         mml = -(-(max(map(len, ps)) + max_new_tokens + k + 1) // 16) * 16    # the longest prompt and its answer
         with vllm_server(target_dir, log, "--speculative-config", spec, *server_args, python=python, max_model_len=mml,
                          dtype=dtype, timeout=timeout) as url:
