@@ -219,6 +219,12 @@ def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 
 def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.train import train, train_vocab_sweep
+    if c.train.drafter == "dflash":                 # DFlash reads every captured layer (09c_train_dflash)
+        from eagle3nb.train_dflash import train_dflash
+        m = train_dflash(run, c.train, aux_layers=c.capture.aux_layers, fresh=fresh)
+        h = m["final"]["heldout"] or m["final"]["train"]
+        return (f"train: DFlash drafter, block {c.train.block_size}, {m['counts']['steps']} steps; {h['split']} "
+                f"acceptance per block position {h['accept_pos']} (tau_block {h['tau_block']}) → {m['drafter']}")
     from eagle3nb.core import read_manifest
     kw = dict(aux_layers=c.capture.aux_layers, capture=c.capture, fresh=fresh)   # a stream reads the capture's servers
     train(run, c.train, **kw)
@@ -231,6 +237,12 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.costs import TooLarge
     from eagle3nb.evaluate import evaluate
     held = heldout_prompts(run, c)
+    if c.train.drafter == "dflash":                 # 10e_evaluate_dflash: DFlash beside n-gram, by exact replay
+        from eagle3nb.evaluate_dflash import evaluate_dflash
+        rep = evaluate_dflash(run, held, c.evaluate, sealed_file(run, c, held))
+        return "evaluate: " + "; ".join(f"{w}: dflash K={r['ks']['dflash']} {r['best']['dflash']['tokens_per_forward']}"
+                                        f" tokens per target forward; {(r.get('power') or {}).get('words', '')}"
+                                        for w, r in (("held-out", rep), ("sealed", rep.get("sealed"))) if r)
     try: rep = evaluate(run, held, c.evaluate, sealed_file(run, c, held))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         Run(run).eval_report.unlink(missing_ok=True)
@@ -243,6 +255,7 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 # %% ../nbs/12b_pipeline.ipynb #743ca8b3
 def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.export import export
+    if c.train.drafter == "dflash": return _dflash_export(c, run)
     def one(f):
         try: return f"{f} → {export(run, c.export, formats=[f])[f]}"
         except InputError as e: return f"{f}: not exported ({e})"   # a layout that cannot hold this drafter
@@ -281,6 +294,25 @@ def _vllm_check(c:PipelineConfig, run:Path) -> str:
                 f"replay τ {d['eagle3nb']['tau'] or 1:.3f}"
                 f", {'within' if d['within_band']['all'] else 'OUTSIDE'} the replay's band")
     return out
+
+def _dflash_export(c:PipelineConfig, run:Path) -> str:
+    "The DFlash drafter is written in vLLM's layout by training; vLLM serves it on the sealed prompts at its best K."
+    from eagle3nb.vllm_check import vllm_check, vllm_python
+    r = Run(run)
+    rep = read_json(r.dflash_report) if r.dflash_report.exists() else {}
+    s = rep.get("sealed") or {}
+    b = (s.get("best") or {}).get("dflash")
+    why = ("no vLLM venv (scripts/setup_vllm.sh makes one)" if not vllm_python() else
+           "not asked ([export] vllm_check)" if c.export.vllm_check != "auto" else
+           "no sealed prompts measured ([evaluate] sealed_n_prompts)" if not b else None)
+    res = {"not_run": why} if why else vllm_check(
+        r.dflash_drafter, r.target, read_jsonl(r.sealed_prompts), b["k"], rep["max_new_tokens"], b,
+        s.get("outputs"),
+        r.export_dir/"dflash_vllm_server.log", concurrency=c.export.vllm_concurrency, method="dflash")
+    write_json(r.dflash_vllm_check, res)
+    done = (f"vllm check: not run ({res['not_run']})" if "not_run" in res else
+            f"vllm check: K={res['k']}, vLLM τ {res['vllm']['tau']}, eagle3nb τ {b['tau']}")
+    return f"export: dflash → {r.dflash_drafter} (vLLM's DFlash layout); {done}"
 
 _STAGE_FNS = {"prepare": _stage_prepare, "generate": _stage_generate, "validate": _stage_validate,
               "context": _stage_context, "capture": _stage_capture, "train": _stage_train, "evaluate": _stage_evaluate,

@@ -205,6 +205,11 @@ class TrainConfig:
     spool_gb: float = 4.0  # source stream: the most the spool (run/spool) holds at once, requests in flight included
     keep_spool: bool = False  # source stream: keep the states (the spool becomes an offline capture), not delete them
     stream_concurrency: int = 4  # source stream: requests in flight per server
+    drafter: str = "eagle3"  # eagle3 (a chain, training-time test) or dflash (a block a forward: 09c_train_dflash)
+    block_size: int = 8  # dflash: anchor + masks of a block (served at num_speculative_tokens = block_size - 1)
+    anchors: int = 64  # dflash: blocks drawn per record and step (SpecForge's num_anchors)
+    loss_gamma: float | None = None  # dflash: block position j weighs exp(-(j-1)/gamma) (default block_size/2)
+    dflash_layers: int = 1  # dflash: the drafter's decoder layers
     def check(self):
         if self.source not in ("offline", "online", "stream"):
             raise InputError(f"source={self.source!r}: use offline, online or stream")
@@ -226,6 +231,9 @@ class TrainConfig:
         if (self.loss_chunk or 0) < 0: raise InputError(f"loss_chunk={self.loss_chunk}: use 0 (unchunked) or more")
         if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
         if self.select not in ("last", "tuning"): raise InputError(f"select={self.select!r}: use last or tuning")
+        if self.drafter not in ("eagle3", "dflash"):
+            raise InputError(f"drafter={self.drafter!r}: use eagle3 or dflash")
+        if self.block_size < 2: raise InputError(f"block_size={self.block_size}: an anchor and at least one mask")
         if self.select == "tuning" and self.keep_checkpoints == 1:
             raise InputError("select='tuning' with keep_checkpoints=1 keeps only the last step: nothing to choose "
                              "from; set keep_checkpoints to 0 (every one) or 2 or more")
@@ -307,10 +315,13 @@ def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, ra
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every", "keep_checkpoints")
 _HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency", "select",  # how, not what
              "vocab_sweep")   # the other drafters of a sweep, not this one
+_ADDED = {k: getattr(TrainConfig(), k) for k in ("drafter", "block_size", "anchors", "loss_gamma",
+                                                    "dflash_layers")}
 _RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
 
 def _check_resume(prev:dict, cfg:TrainConfig, where):
     "Refuse to resume a run trained with other settings."
+    prev = {**_ADDED, **prev}   # a checkpoint older than a setting was trained with its default
     bad = [(k, prev.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if prev.get(k) != getattr(cfg, k)]
     if bad:
         k, a, b = bad[0]
@@ -480,6 +491,9 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     "Train an EAGLE-3 drafter with training-time test; return the manifest (on rank 0)."
     from tqdm.auto import tqdm
     cfg = TrainConfig(**{**(asdict(cfg) if cfg else {}), **overrides}).check()
+    if cfg.drafter != "eagle3":
+        raise InputError(f"drafter={cfg.drafter!r}: train it with eagle3nb.train_dflash.train_dflash "
+                         "(the pipeline does, under [train] drafter)")
     t0, run = time.time(), Run(run)
     rank, world, _ = dist_env()
     device = _device(rank, device)
