@@ -30,7 +30,7 @@ def captured(tmp_path_factory):
     (d/"validate").mkdir(parents=True)
     with JsonlWriter(d/"validate/records.jsonl") as w:
         for i, s in enumerate(out): w.write({"id": f"g{i}", "input_ids": s, "loss_mask": [0] * 8 + [1] * 24})
-    capture(d, "tiny-bigram", dtype="float32", progress=False)
+    capture(d, target="tiny-bigram", dtype="float32", progress=False)
     return d
 
 def _copy(src, dst):
