@@ -20,7 +20,7 @@ from .train import (TrainConfig, _check_data, _check_resume, _check_source, _cle
 
 # %% auto #0
 __all__ = ['sample_anchors', 'block_inputs', 'block_stats', 'dflash_loss', 'summarize_blocks', 'add_sums', 'step_generator',
-           'dflash_step', 'evaluate_dflash', 'plot_dflash', 'train_dflash']
+           'dflash_step', 'heldout_blocks', 'plot_dflash', 'train_dflash']
 
 # %% ../nbs/09c_train_dflash.ipynb #2217132a
 def sample_anchors(loss_mask, # `[B, T]`: 1 on generated tokens, 0 on prompts and padding
@@ -120,7 +120,7 @@ def dflash_step(drafter:DFlash, opt, batch, cfg:TrainConfig, step:int, have:list
     return st
 
 @torch.no_grad()
-def evaluate_dflash(drafter:DFlash, source, batches:list, cfg:TrainConfig, have:list, want:list) -> dict:
+def heldout_blocks(drafter:DFlash, source, batches:list, cfg:TrainConfig, have:list, want:list) -> dict:
     "`summarize_blocks` over held-out `batches` (lists of ids), every anchor of every record (no draw)."
     sums, dev = None, drafter.fc.weight.device
     for ids in batches:
@@ -201,7 +201,7 @@ def train_dflash(run, # run directory: reads capture/, writes train/dflash/
                 window = None
             if plan.held and (step % cfg.eval_every == 0 or step == plan.total):
                 log.write({"step": step, "split": "heldout",
-                           **evaluate_dflash(drafter, src, plan.held, cfg, src.aux_layers, want)})
+                           **heldout_blocks(drafter, src, plan.held, cfg, src.aux_layers, want)})
             if step % cfg.ckpt_every == 0 or step == plan.total:
                 _keep_checkpoint(run.dflash_checkpoints, drafter, opt, step, cfg, vocab, data)
             bar.update(1)
