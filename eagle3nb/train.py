@@ -211,6 +211,7 @@ class TrainConfig:
     anchors: int = 64  # dflash: blocks drawn per record and step (SpecForge's num_anchors)
     loss_gamma: float | None = None  # dflash: block position j weighs exp(-(j-1)/gamma) (default block_size/2)
     dflash_layers: int = 1  # dflash: the drafter's decoder layers
+    dflash_aux_layers: list | None = None  # dflash: the HF layers it reads (default: EAGLE-3's); captured with them
 
 # %% ../nbs/09_train.ipynb #9035dcf1
 @patch
@@ -236,9 +237,11 @@ def check(self:TrainConfig) -> TrainConfig:
     if (self.loss_chunk or 0) < 0: raise InputError(f"loss_chunk={self.loss_chunk}: use 0 (unchunked) or more")
     if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
     if self.select not in ("last", "tuning"): raise InputError(f"select={self.select!r}: use last or tuning")
-    if self.drafter not in ("eagle3", "dflash"):
-        raise InputError(f"drafter={self.drafter!r}: use eagle3 or dflash")
+    if self.drafter not in ("eagle3", "dflash"): raise InputError(f"drafter={self.drafter!r}: use eagle3 or dflash")
     if self.block_size < 2: raise InputError(f"block_size={self.block_size}: an anchor and at least one mask")
+    if self.dflash_aux_layers is not None and (not self.dflash_aux_layers or min(self.dflash_aux_layers) < 1):
+        raise InputError(f"dflash_aux_layers={self.dflash_aux_layers}: HF indices of layer outputs, 1 or more "
+                         "(0 is the embeddings); leave it unset for EAGLE-3's")
     if self.select == "tuning" and self.keep_checkpoints == 1:
         raise InputError("select='tuning' with keep_checkpoints=1 keeps only the last step: nothing to choose "
                          "from; set keep_checkpoints to 0 (every one) or 2 or more")
@@ -321,7 +324,7 @@ _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_
 _HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency", "select",  # how, not what
              "vocab_sweep")   # the other drafters of a sweep, not this one
 _ADDED = {k: getattr(TrainConfig(), k) for k in ("drafter", "block_size", "anchors", "loss_gamma",
-                                                    "dflash_layers")}
+                                                    "dflash_layers", "dflash_aux_layers")}
 _RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
 
 def _check_resume(prev:dict, cfg:TrainConfig, where):
@@ -496,12 +499,9 @@ def _fitted_source(run:Run, cfg:TrainConfig, target, aux_layers, records, captur
     return src
 
 # %% ../nbs/09_train.ipynb #fd8a541c
-def train_steps(drafter, opt, src, plan:BatchPlan, teacher, cfg:TrainConfig,
-                step:int, # the step to go on from (0, or a checkpoint's)
-                emit, # called with each metrics row: a train row every `log_every` steps, a held-out one every `eval_every`
-                keep, # called with the step at every `ckpt_every` steps and the last (on rank 0)
-                ckdir=None, # the checkpoints folder a non-finite loss names
-                walkable=frozenset(), # held-out record ids τ_walk walks (the greedy ones)
+def train_steps(drafter, opt, src, plan:BatchPlan, teacher, cfg:TrainConfig, step:int, # go on from (0: the start)
+                emit, keep, # called with each metrics row; with the step at each checkpoint (`ckpt_every`, the last)
+                ckdir=None, walkable=frozenset(), # the folder a non-finite loss names; the ids τ_walk walks (greedy)
                 rank:int=0, world:int=1, bar=None) -> int:
     "Train from `step` to the end of `plan`, this process on its share of each batch; the last step."
     items, total, held = plan.items, plan.total, plan.held
@@ -575,8 +575,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     drafter.zero_grad(set_to_none=True)
     if rank != 0: return None
     counts = {"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids),
-              "walked_records": len(walkable), "steps": step,
-              "batches_per_epoch": plan.per_epoch}
+              "walked_records": len(walkable), "steps": step, "batches_per_epoch": plan.per_epoch}
     config = {**asdict(cfg), "source_dir": str(getattr(src, "dir", records or "")), "target": src.target,
               "aux_layers_hf": src.aux_layers, "world_size": world}
     return _finish(out, drafter, vocab, cfg, note, config, counts, t0)

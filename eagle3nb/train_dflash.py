@@ -166,7 +166,7 @@ def plot_dflash(rows:list, note:dict, out_dir) -> list:
 # %% ../nbs/09c_train_dflash.ipynb #05fda031
 def train_dflash(run, # run directory: reads capture/, writes train/dflash/
                  cfg:TrainConfig|None=None, target=None,
-                 aux_layers:list|None=None, # the HF layers DFlash reads (default: every captured one)
+                 aux_layers:list|None=None, # the HF layers DFlash reads (default: `dflash_aux_layers`, else every captured one)
                  fresh:bool=False, device:str|None=None, progress:bool=True, **overrides) -> dict:
     "Train a DFlash drafter with its block objective on the run's capture; return the manifest."
     from tqdm.auto import tqdm
@@ -177,7 +177,10 @@ def train_dflash(run, # run directory: reads capture/, writes train/dflash/
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     src = OfflineSource(run.capture_dir)
     _check_source(src, None, target)
-    want = list(aux_layers or src.aux_layers)
+    want = list(aux_layers or cfg.dflash_aux_layers or src.aux_layers)   # out of what the capture holds
+    if miss := [i for i in want if i not in src.aux_layers]:
+        raise InputError(f"aux layers {miss} were not captured (captured: {src.aux_layers}): add them to "
+                         "[capture] aux_layers (the pipeline's capture does, from [train] dflash_aux_layers)")
     if fresh: _clear_checkpoints(run.dflash_checkpoints)
     plan = plan_batches(src, cfg)
     if not plan.train_ids: raise InputError(f"{run}: no training records (captured {len(plan.items)})")
