@@ -16,8 +16,8 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
 
 # %% auto #0
 __all__ = ['capture_settings', 'stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'set_screen',
-           'target_shape', 'capture_need', 'train_fit', 'torch_cuda', 'plan_capture', 'plan_train', 'plan',
-           'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
+           'dflash_summary', 'target_shape', 'capture_need', 'train_fit', 'torch_cuda', 'plan_capture', 'plan_train',
+           'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
 
 # %% ../nbs/12b_pipeline.ipynb #2d1ed407
 def capture_settings(c:PipelineConfig):
@@ -207,6 +207,18 @@ def set_screen(run, c:PipelineConfig) -> dict:
                                                ("sealed", r.sealed_prompts)) if f.exists()})
     return screen_sets(sets, template_pieces(load_tokenizer(c.target)))
 
+# %% ../nbs/12b_pipeline.ipynb #fb9d1081
+def dflash_summary(rep:dict) -> str:
+    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's, and the paired "
+     "interval's verdict (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")
+    def one(where, r):
+        d, n = r["best"]["dflash"], (r["best"].get("ngram") or None)
+        s = f"{where}: DFlash K={d['k']} {d['tokens_per_forward'] or 0:.3f} tokens per target forward"
+        if n: s += f" beside n-gram K={n['k']} {n['tokens_per_forward'] or 0:.3f}"
+        return s + (f"; {r['power']['words']}" if r.get("power") else "")
+    sets = (("held-out", rep), ("sealed", rep.get("sealed")))
+    return f"evaluate (DFlash, T={rep['temperature']}): " + "; ".join(one(w, r) for w, r in sets if r)
+
 # %% ../nbs/12b_pipeline.ipynb #1f7966b3
 def _generations(run:Path) -> Path:
     "generate/generations.jsonl, or where it holds samples of prompts no longer generated for, those of this run only."
@@ -260,10 +272,7 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     held = heldout_prompts(run, c)
     if c.train.drafter == "dflash":                 # 10e_evaluate_dflash: DFlash beside n-gram, by exact replay
         from eagle3nb.evaluate_dflash import evaluate_dflash
-        rep = evaluate_dflash(run, held, c.evaluate, sealed_file(run, c, held))
-        return "evaluate: " + "; ".join(f"{w}: dflash K={r['ks']['dflash']} {r['best']['dflash']['tokens_per_forward']}"
-                                        f" tokens per target forward; {(r.get('power') or {}).get('words', '')}"
-                                        for w, r in (("held-out", rep), ("sealed", rep.get("sealed"))) if r)
+        return dflash_summary(evaluate_dflash(run, held, c.evaluate, sealed_file(run, c, held)))
     try: rep = evaluate(run, held, c.evaluate, sealed_file(run, c, held))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         Run(run).eval_report.unlink(missing_ok=True)
