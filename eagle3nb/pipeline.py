@@ -209,7 +209,7 @@ def set_screen(run, c:PipelineConfig) -> dict:
 
 # %% ../nbs/12b_pipeline.ipynb #fb9d1081
 def dflash_summary(rep:dict) -> str:
-    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's, and the paired "
+    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's, the paired "
      "interval's verdict (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")
     def one(where, r):
         d, n = r["best"]["dflash"], (r["best"].get("ngram") or None)

@@ -166,7 +166,7 @@ def plot_dflash(rows:list, note:dict, out_dir) -> list:
 # %% ../nbs/09c_train_dflash.ipynb #05fda031
 def train_dflash(run, # run directory: reads capture/, writes train/dflash/
                  cfg:TrainConfig|None=None, target=None,
-                 aux_layers:list|None=None, # the HF layers DFlash reads (default: `dflash_aux_layers`, else every captured one)
+                 aux_layers:list|None=None, # HF layers DFlash reads (default: `dflash_aux_layers`, else all captured)
                  fresh:bool=False, device:str|None=None, progress:bool=True, **overrides) -> dict:
     "Train a DFlash drafter with its block objective on the run's capture; return the manifest."
     from tqdm.auto import tqdm

