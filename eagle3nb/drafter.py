@@ -277,7 +277,7 @@ def ttt_forward(self:Drafter, input_ids, aux, lengths, steps:int) -> list:
         states.append(hidden)
     return states
 
-# %% ../nbs/08_drafter.ipynb #dacf3789
+# %% ../nbs/08_drafter.ipynb #5051cb74
 _ST_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
               "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
               "BOOL": torch.bool}
@@ -288,6 +288,7 @@ def safetensors_header(path) -> tuple:
         n = int.from_bytes(f.read(8), "little")
         return json.loads(f.read(n)), 8 + n
 
+# %% ../nbs/08_drafter.ipynb #5cc0b3a4
 def _runs(rows:list) -> list:
     "`(out_row, first_row, count)` of each run of consecutive ids in sorted, distinct `rows`."
     runs = []
@@ -296,6 +297,7 @@ def _runs(rows:list) -> list:
         else: runs.append([i, r, 1])
     return runs
 
+# %% ../nbs/08_drafter.ipynb #ce4f6a68
 def read_tensor(path, name:str,
                 rows=None, # sorted, distinct ids of the rows to read (default: all of them)
                ) -> torch.Tensor:
@@ -320,6 +322,7 @@ def read_tensor(path, name:str,
                 raise InputError(f"{path}: {name} is cut short (the file is incomplete)")
     return out
 
+# %% ../nbs/08_drafter.ipynb #4f649a6d
 def map_tensor(path, name:str) -> torch.Tensor:
     "Tensor `name` of a safetensors file, mapped copy-on-write: its pages are read as they are used, never written."
     import numpy as np
@@ -330,6 +333,7 @@ def map_tensor(path, name:str) -> torch.Tensor:
     raw = np.memmap(path, dtype=np.uint8, mode="c", offset=start + a, shape=(b - a,))
     return torch.from_numpy(raw).view(dt).view(e["shape"])
 
+# %% ../nbs/08_drafter.ipynb #da51ea58
 def target_tensor(model_dir, *names, rows=None,
                   mapped:bool=False, # map the whole tensor (pages read as used) rather than read it
                  ):

@@ -232,7 +232,62 @@ def engines_for(cfg:GenerateConfig, # `engine`, `urls` and the HTTP settings
         proc.wait(30)
     return [SGLangEngine(url, **http)], stop
 
-# %% ../nbs/05_generate.ipynb #8f96252e
+# %% ../nbs/05_generate.ipynb #1c215d72
+def _read_prompts(run, # the run directory
+                  prompts_file=None, # read prompts from here instead of `run/prompts/prompts.jsonl`
+                  n_prompts:int|None=None, # keep the first N (None: all of them)
+                 ) -> tuple:
+    "`(path, prompts)`: where the prompt records were read, and the records."
+    ppath = Path(prompts_file) if prompts_file else Run(run).prompts
+    if not ppath.exists(): raise InputError(f"{ppath}: no prompts; run `eagle3nb prepare` first")
+    prompts = [o for _, o in JsonlReader(ppath)]
+    return ppath, prompts if n_prompts is None else prompts[:n_prompts]
+
+# %% ../nbs/05_generate.ipynb #9068287c
+def _prompt_limit(max_prompt_tokens:int|None, # the configured limit (None: none)
+                  infos:list, # what each started engine reported
+                 ) -> tuple:
+    "`(max_prompt_tokens, ctx)`: the limit that leaves every engine room for a new token, and their context lengths."
+    ctx = [i.get("context_length") for i in infos if i.get("context_length")]
+    # SGLang refuses prompt + max_new_tokens >= context length: a prompt needs room for at least one new token
+    limit = min((m for m in (max_prompt_tokens, min(ctx) - 2 if ctx else None) if m is not None), default=None)
+    return limit, ctx
+
+# %% ../nbs/05_generate.ipynb #1ccbf902
+def _done_ids(out:Path, # the stage folder `generate/`
+              retry_failed:bool=False, # drop earlier failures, so they run again
+             ) -> set:
+    "Ids of the items with an outcome on file, after cutting torn tails."
+    ok_p, fail_p, skip_p = (out/f for f in _OUTCOME_FILES)
+    for p in (ok_p, fail_p, skip_p):   # cut torn tails once, before reading what is done
+        if p.exists(): JsonlWriter(p).close()
+    done, failed, skipped = _ids_in(ok_p), _ids_in(fail_p), _ids_in(skip_p)
+    if retry_failed and failed:
+        _rewrite_without(fail_p, failed)
+        failed = set()
+    return done | failed | skipped
+
+# %% ../nbs/05_generate.ipynb #122787f3
+def _count(out:Path, # the stage folder `generate/`
+           n_prompts:int, n_samples:int, # this run's prompts, and samples per prompt
+           item_ids:set, # this run's item ids (`_pending`)
+           stats:dict, # this run's counters (`_Outcomes.stats`)
+          ) -> tuple:
+    "`(counts, ok_recs)`: the manifest's counts, checked, and the success records of this run's items."
+    ok_p, fail_p, skip_p = (out/f for f in _OUTCOME_FILES)
+    all_ok = [o for _, o in JsonlReader(ok_p)]
+    ok_recs = [o for o in all_ok if o["id"] in item_ids]   # counted against this run's items (n_prompts, prompts_file)
+    fail_ids, skip_ids = _ids_in(fail_p), _ids_in(skip_p)
+    n_ok, n_fail, n_skip = len(ok_recs), len(fail_ids & item_ids), len(skip_ids & item_ids)
+    n_items = n_prompts * n_samples
+    counts = {"items": n_items, "success": n_ok, "failed": n_fail, "skipped": n_skip,
+              "this_run": stats, "prompts": n_prompts, "n": n_samples,
+              "not_in_items": {"success": len(all_ok) - n_ok, "failed": len(fail_ids - item_ids),
+                               "skipped": len(skip_ids - item_ids)}}
+    Tally(read=n_items, accepted=n_ok, rejected=Counter(failed=n_fail, skipped=n_skip)).check(out)
+    return counts, ok_recs
+
+# %% ../nbs/05_generate.ipynb #5623b794
 async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`, writes `generate/`)
                          cfg:GenerateConfig|None=None, # the settings (default `GenerateConfig()`): sampling, n_samples,
                                                        # n_prompts, concurrency, batch_size, max_prompt_tokens
@@ -250,29 +305,17 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
         engines, stop = engines_for(c, Run(run).target if target is None and in_process else target)
         try: return await generate_async(run, c, engines, None, retry_failed, prompts_file, progress, fresh)
         finally: stop()
-    t0, sampling, n_samples, n_prompts = time.time(), c.sampling, c.n_samples, c.n_prompts
+    t0, sampling, n_samples = time.time(), c.sampling, c.n_samples
     out = stage_dir(run, "generate")
-    ok_p, fail_p, skip_p = out/"generations.jsonl", out/"failed.jsonl", out/"skipped.jsonl"
-    ppath = Path(prompts_file) if prompts_file else Run(run).prompts
-    if not ppath.exists(): raise InputError(f"{ppath}: no prompts; run `eagle3nb prepare` first")
-    prompts = [o for _, o in JsonlReader(ppath)]
-    if n_prompts is not None: prompts = prompts[:n_prompts]
+    ppath, prompts = _read_prompts(run, prompts_file, c.n_prompts)
     _lock_sampling(out, sampling, n_samples, fresh)   # before any engine starts: a refusal costs nothing
     infos = [await e.start() for e in engines]
-    ctx = [i.get("context_length") for i in infos if i.get("context_length")]
-    # SGLang refuses prompt + max_new_tokens >= context length: a prompt needs room for at least one new token
-    max_prompt_tokens = min((m for m in (c.max_prompt_tokens, min(ctx) - 2 if ctx else None) if m is not None),
-                            default=None)
-    for p in (ok_p, fail_p, skip_p):   # cut torn tails once, before reading what is done
-        if p.exists(): JsonlWriter(p).close()
-    done, failed, skipped = _ids_in(ok_p), _ids_in(fail_p), _ids_in(skip_p)
-    if retry_failed and failed:
-        _rewrite_without(fail_p, failed)
-        failed = set()
-    items, dups, item_ids = _pending(prompts, n_samples, sampling, done | failed | skipped)
+    max_prompt_tokens, ctx = _prompt_limit(c.max_prompt_tokens, infos)
+    items, dups, item_ids = _pending(prompts, n_samples, sampling, _done_ids(out, retry_failed))
     queue = asyncio.Queue()
     for it in items: queue.put_nowait(it)
     bar = tqdm(total=len(items), desc="generate", unit="req", disable=not progress)
+    ok_p, fail_p, skip_p = (out/f for f in _OUTCOME_FILES)
     with JsonlWriter(ok_p) as ok_w, JsonlWriter(fail_p) as fail_w, JsonlWriter(skip_p) as skip_w:
         outcomes = _Outcomes(ok_w, fail_w, skip_w, bar, t0)
         for d in dups: outcomes.skip(d, "duplicate prompt id in the input", tick=False)
@@ -280,19 +323,10 @@ async def generate_async(run, # the run directory (reads `prompts/prompts.jsonl`
                                for e, i in zip(engines, infos) for _ in range(c.concurrency)])
     bar.close()
     dt, stats = time.time() - t0, outcomes.stats
-    all_ok = [o for _, o in JsonlReader(ok_p)]
-    ok_recs = [o for o in all_ok if o["id"] in item_ids]   # counted against this run's items (n_prompts, prompts_file)
-    fail_ids, skip_ids = _ids_in(fail_p), _ids_in(skip_p)
-    n_ok, n_fail, n_skip = len(ok_recs), len(fail_ids & item_ids), len(skip_ids & item_ids)
-    n_items = len(prompts) * n_samples
-    counts = {"items": n_items, "success": n_ok, "failed": n_fail, "skipped": n_skip,
-              "this_run": stats, "prompts": len(prompts), "n": n_samples,
-              "not_in_items": {"success": len(all_ok) - n_ok, "failed": len(fail_ids - item_ids),
-                               "skipped": len(skip_ids - item_ids)}}
-    Tally(read=n_items, accepted=n_ok, rejected=Counter(failed=n_fail, skipped=n_skip)).check(out)
+    counts, ok_recs = _count(out, len(prompts), n_samples, item_ids, stats)
     return write_manifest(out, "generate",
         config={"prompts": str(ppath), "sampling": asdict(sampling), "n": n_samples,
-                "concurrency": c.concurrency, "batch_size": c.batch_size, "limit": n_prompts,
+                "concurrency": c.concurrency, "batch_size": c.batch_size, "limit": c.n_prompts,
                 "engines": infos, "max_prompt_tokens": max_prompt_tokens},
         counts=counts,
         timings={"seconds": round(dt, 3), "new_tokens_per_s": round(stats["tokens"] / dt, 1) if dt else None},

@@ -15,18 +15,38 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
                              report_headline, train_summary, validate_summary, write_report)
 
 # %% auto #0
-__all__ = ['stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'set_screen', 'target_shape', 'capture_need',
-           'train_fit', 'torch_cuda', 'plan_capture', 'plan_train', 'plan', 'check_disk', 'run_pipeline', 'run_default',
-           'select_on_tuning']
+__all__ = ['capture_settings', 'stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'set_screen',
+           'dflash_summary', 'target_shape', 'capture_need', 'train_fit', 'torch_cuda', 'plan_capture', 'plan_train',
+           'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
+
+# %% ../nbs/12b_pipeline.ipynb #2d1ed407
+def capture_settings(c:PipelineConfig):
+    ("[capture] as the capture stage runs it: under `[train] drafter = \"dflash\"` with `dflash_aux_layers` set, "
+     "`aux_layers` is the union of EAGLE-3's (`[capture] aux_layers`, default `[2, L//2, L-3]`) and DFlash's, sorted; "
+     "else `[capture]` itself.")
+    from dataclasses import replace
+    extra = c.train.dflash_aux_layers if c.train.drafter == "dflash" else None
+    if not extra: return c.capture
+    eagle = c.capture.aux_layers
+    if not eagle:
+        from eagle3nb.capture import default_aux_layers
+        from eagle3nb.models import load_target
+        eagle = default_aux_layers(int(load_target(c.target).config()["num_hidden_layers"]))
+    union = sorted({int(i) for i in [*eagle, *extra]})
+    return c.capture if union == list(eagle) else replace(c.capture, aux_layers=union)
 
 # %% ../nbs/12b_pipeline.ipynb #3b677baa
 _TUNING_KEYS = ("tuning_n_prompts", "sealed_n_prompts", "n_prompts", "prompts_file", "temperature", "max_new_tokens",
                 "ngram_settings", "device", "dtype", "resamples", "seed")   # what draws and scores the tuning prompts
 
+_DFLASH_KEYS = ("drafter", "block_size", "anchors", "loss_gamma", "dflash_layers", "dflash_aux_layers")
+
 def _train_section(c:PipelineConfig) -> dict:
-    ("[train] as its key reads it: `select` only where it is not the default \"last\" (a run from before it keeps its "
-     "key); with \"tuning\", the [evaluate] settings that draw and score the tuning prompts the choice reads.")
-    sec = {k: v for k, v in asdict(c.train).items() if k != "select"}
+    ("[train] as its key reads it: `select` only where it is not the default \"last\", DFlash's settings only under "
+     "`drafter = \"dflash\"` (a run from before either keeps its key); with \"tuning\", the [evaluate] settings that "
+     "draw and score the tuning prompts the choice reads.")
+    skip = {"select", *(() if c.train.drafter == "dflash" else _DFLASH_KEYS)}
+    sec = {k: v for k, v in asdict(c.train).items() if k not in skip}
     if c.train.select == "last": return sec
     return {**sec, "select": c.train.select, "tuning": {k: getattr(c.evaluate, k) for k in _TUNING_KEYS}}
 
@@ -36,7 +56,8 @@ def stage_keys(c:PipelineConfig) -> dict:
     from eagle3nb.vllm_check import vllm_python
     keys, prev = {}, c.target
     for s in STAGES:
-        sec = _train_section(c) if s == "train" else asdict(getattr(c, SECTION[s]))
+        sec = (_train_section(c) if s == "train" else asdict(capture_settings(c)) if s == "capture" else
+               asdict(getattr(c, SECTION[s])))
         if s == "export" and c.export.vllm_check == "auto": sec["vllm_venv"] = bool(vllm_python())
         prev = keys[s] = hashlib.sha256(json.dumps([prev, s, sec], sort_keys=True).encode()).hexdigest()[:16]
     return keys
@@ -186,6 +207,18 @@ def set_screen(run, c:PipelineConfig) -> dict:
                                                ("sealed", r.sealed_prompts)) if f.exists()})
     return screen_sets(sets, template_pieces(load_tokenizer(c.target)))
 
+# %% ../nbs/12b_pipeline.ipynb #fb9d1081
+def dflash_summary(rep:dict) -> str:
+    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's, the paired "
+     "interval's verdict (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")
+    def one(where, r):
+        d, n = r["best"]["dflash"], (r["best"].get("ngram") or None)
+        s = f"{where}: DFlash K={d['k']} {d['tokens_per_forward'] or 0:.3f} tokens per target forward"
+        if n: s += f" beside n-gram K={n['k']} {n['tokens_per_forward'] or 0:.3f}"
+        return s + (f"; {r['power']['words']}" if r.get("power") else "")
+    sets = (("held-out", rep), ("sealed", rep.get("sealed")))
+    return f"evaluate (DFlash, T={rep['temperature']}): " + "; ".join(one(w, r) for w, r in sets if r)
+
 # %% ../nbs/12b_pipeline.ipynb #1f7966b3
 def _generations(run:Path) -> Path:
     "generate/generations.jsonl, or where it holds samples of prompts no longer generated for, those of this run only."
@@ -215,10 +248,16 @@ def _stage_capture(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
                 ("the target runs in the training loop)" if c.train.source == "online" else
                  "training requests the states from vLLM servers as it goes, through a bounded spool)"))
     from eagle3nb.capture_vllm import capture_stage
-    return capture_summary(capture_stage(run, c.capture, fresh=fresh))
+    return capture_summary(capture_stage(run, capture_settings(c), fresh=fresh))   # both drafters' layers
 
 def _stage_train(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.train import train, train_vocab_sweep
+    if c.train.drafter == "dflash":                 # its own layers out of the capture's (09c_train_dflash)
+        from eagle3nb.train_dflash import train_dflash
+        m = train_dflash(run, c.train, aux_layers=c.train.dflash_aux_layers or c.capture.aux_layers, fresh=fresh)
+        h = m["final"]["heldout"] or m["final"]["train"]
+        return (f"train: DFlash drafter, block {c.train.block_size}, {m['counts']['steps']} steps; {h['split']} "
+                f"acceptance per block position {h['accept_pos']} (tau_block {h['tau_block']}) → {m['drafter']}")
     from eagle3nb.core import read_manifest
     kw = dict(aux_layers=c.capture.aux_layers, capture=c.capture, fresh=fresh)   # a stream reads the capture's servers
     train(run, c.train, **kw)
@@ -231,6 +270,9 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.costs import TooLarge
     from eagle3nb.evaluate import evaluate
     held = heldout_prompts(run, c)
+    if c.train.drafter == "dflash":                 # 10e_evaluate_dflash: DFlash beside n-gram, by exact replay
+        from eagle3nb.evaluate_dflash import evaluate_dflash
+        return dflash_summary(evaluate_dflash(run, held, c.evaluate, sealed_file(run, c, held)))
     try: rep = evaluate(run, held, c.evaluate, sealed_file(run, c, held))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         Run(run).eval_report.unlink(missing_ok=True)
@@ -240,9 +282,30 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     return evaluate_summary(rep)
 
 
+# %% ../nbs/12b_pipeline.ipynb #325d73a8
+def _dflash_export(c:PipelineConfig, run:Path) -> str:
+    "The DFlash drafter is written in vLLM's layout by training; vLLM serves it on the sealed prompts at its best K."
+    from eagle3nb.vllm_check import vllm_check, vllm_python
+    r = Run(run)
+    rep = read_json(r.dflash_report) if r.dflash_report.exists() else {}
+    s = rep.get("sealed") or {}
+    b = (s.get("best") or {}).get("dflash")
+    why = ("no vLLM venv (scripts/setup_vllm.sh makes one)" if not vllm_python() else
+           "not asked ([export] vllm_check)" if c.export.vllm_check != "auto" else
+           "no sealed prompts measured ([evaluate] sealed_n_prompts)" if not b else None)
+    res = {"not_run": why} if why else vllm_check(
+        r.dflash_drafter, r.target, read_jsonl(r.sealed_prompts), b["k"], rep["max_new_tokens"], b,
+        s.get("outputs"),
+        r.export_dir/"dflash_vllm_server.log", concurrency=c.export.vllm_concurrency, method="dflash")
+    write_json(r.dflash_vllm_check, res)
+    done = (f"vllm check: not run ({res['not_run']})" if "not_run" in res else
+            f"vllm check: K={res['k']}, vLLM τ {res['vllm']['tau']}, eagle3nb τ {b['tau']}")
+    return f"export: dflash → {r.dflash_drafter} (vLLM's DFlash layout); {done}"
+
 # %% ../nbs/12b_pipeline.ipynb #743ca8b3
 def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.export import export
+    if c.train.drafter == "dflash": return _dflash_export(c, run)
     def one(f):
         try: return f"{f} → {export(run, c.export, formats=[f])[f]}"
         except InputError as e: return f"{f}: not exported ({e})"   # a layout that cannot hold this drafter
@@ -304,7 +367,7 @@ def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
     ("Tokens the capture will store (exact from the validated and context records once they exist, else an upper "
      "bound from the settings) × bytes a token: `tokens`, `exact`, `bytes_per_token`, `bytes`, `shard_bytes`.")
     run = Run(run)
-    n_aux = len(c.capture.aux_layers or [0, 0, 0])
+    n_aux = len(capture_settings(c).aux_layers or [0, 0, 0])   # both drafters' layers
     bpt = (n_aux + 1) * shape["hidden"] * _ESIZE.get(c.capture.dtype, 4) + 5   # states, then ids (int32) and mask
     files = [f for f in (run.records, run.context_records) if f.exists()]
     if run.records.exists():

