@@ -208,6 +208,7 @@ class ExportConfig:
     vllm_check: str = "never"  # auto: where a vLLM venv exists, serve the export on the sealed prompts (11a); never
     vllm_concurrency: int = 1  # the check's requests in flight (1: one at a time, as eagle3nb's replay decodes them)
     vllm_n_prompts: int | None = None  # the check's sealed prompts, greedy and at the served sampling (None: all)
+    vllm_sampled_n_prompts: int | None = None  # of those, the first N at the served sampling (None: all of them)
 
 # %% ../nbs/11_export.ipynb #06727b81
 def export_format(run, fmt:str, # "sglang" or "speculators"

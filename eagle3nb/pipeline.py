@@ -328,7 +328,7 @@ def _vllm_check(c:PipelineConfig, run:Path) -> str:
         n = c.export.vllm_n_prompts or None
         per = read_jsonl(r.per_prompt)
         at = lambda t: [q for q in per if q["set"] == "sealed" and q.get("temperature", 0.0) == t][:n]
-        drawn = at(sm["temperature"]) if sm.get("temperature") else []
+        drawn = at(sm["temperature"])[:c.export.vllm_sampled_n_prompts or None] if sm.get("temperature") else []
         sampled = {**{x: sm[x] for x in ("temperature", "top_p", "top_k")}, "seeds": [q["seed"] for q in drawn],
                    "records": drawn} if drawn else None
         res = vllm_check(r.export("speculators"), r.target, read_jsonl(r.sealed_prompts)[:n], b["k"],
