@@ -5,8 +5,9 @@
 # %% ../nbs/10e_evaluate_dflash.ipynb #d6ee07d1
 from __future__ import annotations
 from pathlib import Path
-from .core import Run, InputError, write_json, write_jsonl_atomic
-from .dflash import load_dflash
+from .core import Run, InputError, trained_k, write_json, write_jsonl_atomic
+from .dflash import load_dflash, select_aux
+from .drafter import load_drafter
 from .models import eos_ids, load_target
 from .heldout import prompt_records
 from .power import choose_k, power_block, top_wins
@@ -20,52 +21,67 @@ __all__ = ['measure_dflash_set', 'set_block', 'evaluate_dflash']
 # %% ../nbs/10e_evaluate_dflash.ipynb #e6935237
 def _at(rows:list, k:int) -> dict|None: return next((r for r in rows if r["k"] == k), None)
 
-def measure_dflash_set(model, d, recs:list, runs:list, ks:list, ngram_ks:list, settings:list) -> list:
-    "Per prompt of `recs` (its greedy `runs`): DFlash at every K and n-gram under every setting, replayed."
-    pairs = [(r["id"], r["prompt_ids"]) for r in recs]
-    ng = [replay_prompts(model, None, pairs, runs, [], ngram_ks, settings)] if ngram_ks else []
-    return merge_per_prompt(*ng, replay_prompts_dflash(model, d, pairs, runs, ks))
+def measure_dflash_set(model, d, recs:list, runs:list, ks:list, ngram_ks:list, settings:list,
+                       eagle=None, # an EAGLE-3 drafter replayed beside DFlash over the same answers (None: none)
+                       eagle_ks:list=(), # its Ks
+                       have:list|None=None, # the HF indices the runs' `aux` hold (default: DFlash's)
+                      ) -> list:
+    "Per prompt of `recs` (its greedy `runs`): DFlash at every K, EAGLE-3 if given, n-gram under every setting."
+    pairs, have = [(r["id"], r["prompt_ids"]) for r in recs], list(have or d.config.aux_layers_hf)
+    sel = [{**r, "aux": select_aux(r["aux"], have, eagle.config.aux_layers_hf)} for r in runs] if eagle else runs
+    ng = ([replay_prompts(model, eagle, pairs, sel, list(eagle_ks) if eagle else [], ngram_ks, settings)]
+          if ngram_ks or eagle else [])
+    return merge_per_prompt(*ng, replay_prompts_dflash(model, d, pairs, runs, ks, have))
 
 def set_block(per:list, recs:list, which:str, methods:dict, texts:dict, ks:dict|None, cfg:EvaluateConfig) -> dict:
     ("One set's figures: rows at every K, the best of each method (at `ks`, or chosen here when None), per-prompt "
-     "records and, with both methods, the paired bootstrap and its verdict.")
+     "records and DFlash's paired bootstrap and verdict against n-gram (`power`) and EAGLE-3 (`power_eagle3`).")
     lines = per_prompt_records(per, recs, which, methods, texts)
     by_k = {m: [dict(r, method=m) for r in sum_rows(per, n)] for m, n in methods.items()}
     ks = ks or {m: choose_k(lines, m) for m in methods}
     out = {"n_prompts": len(recs), "by_k": by_k, "best": {m: _at(by_k[m], k) for m, k in ks.items()}, "ks": ks,
            "per_prompt": lines}
-    if len(ks) == 2:
+    if "ngram" in ks:
         out["power"] = power_block(lines, ks, cfg.max_new_tokens, cfg.resamples, cfg.seed, a="dflash")
         out["top_wins"] = top_wins(lines, ks, a="dflash")
+    if "eagle3" in ks:
+        out["power_eagle3"] = power_block(lines, ks, cfg.max_new_tokens, cfg.resamples, cfg.seed, a="dflash",
+                                          b="eagle3")
     return out
 
 # %% ../nbs/10e_evaluate_dflash.ipynb #f3cda3b4
 def evaluate_dflash(run, prompts, # held-out prompts: a JSONL of prompt records or conversations
                     cfg:EvaluateConfig|None=None, sealed=None, # the sealed prompts' JSONL (measured last)
                     drafter=None, # a DFlash drafter directory (default: the run's)
+                    eagle3=None, # an EAGLE-3 drafter directory measured beside it on the same answers (None: none)
                    ) -> dict:
-    "DFlash beside n-gram at T=0 by exact replay on held-out (and sealed) prompts; the report (also written)."
+    "DFlash beside n-gram (and EAGLE-3) at T=0 by exact replay on held-out (and sealed) prompts; the report, written."
     cfg, run = cfg or EvaluateConfig(), Run(run)
-    d = load_dflash(drafter or run.dflash_drafter)
+    d, e = load_dflash(drafter or run.dflash_drafter), load_drafter(eagle3) if eagle3 else None
     tgt = load_target(d.config.target)
     model, eos, tok = tgt.load_model(), eos_ids(tgt.path, tgt.tokenizer), tgt.tokenizer
     recs = prompt_records(prompts, tok, cfg.n_prompts)
     srecs = prompt_records(sealed, tok) if sealed else []
     if not recs: raise InputError(f"{prompts}: no prompts")
-    ks, nks = list(range(1, max(cfg.ks) + 1)), list(range(1, cfg.ngram_max_k + 1)) if cfg.ngram else []
+    ks = list(range(1, max(cfg.ks) + 1))     # n-gram's as the EAGLE-3 evaluation's: on to three times ngram_max_k
+    nks = list(range(1, max(list(cfg.ks) + [3 * cfg.ngram_max_k]) + 1)) if cfg.ngram else []
+    eks = list(range(1, max(list(cfg.ks) + [2 * (trained_k(eagle3, default=None) or 0)]) + 1)) if e else []
+    have = sorted({*d.config.aux_layers_hf, *(e.config.aux_layers_hf if e else [])})
     settings = [tuple(s) for s in cfg.ngram_settings] if cfg.ngram else []
-    runs = greedy_runs(model, [r["prompt_ids"] for r in recs + srecs], cfg.max_new_tokens, eos, max(ks + nks),
-                       d.config.aux_layers_hf, cfg.batch_size)
+    runs = greedy_runs(model, [r["prompt_ids"] for r in recs + srecs], cfg.max_new_tokens, eos, max(ks + nks + eks),
+                       have, cfg.batch_size)
     texts, n = prompt_texts(recs + srecs, tok), len(recs)
-    per = measure_dflash_set(model, d, recs, runs[:n], ks, nks, settings)
+    per = measure_dflash_set(model, d, recs, runs[:n], ks, nks, settings, e, eks, have)
     tpf = lambda s: max(r["tokens_per_forward"] or 0 for r in sum_rows(per, ngram_name(s)))
     chosen = max(settings, key=tpf) if settings else None
-    methods = {"dflash": "dflash", **({"ngram": ngram_name(chosen)} if chosen else {})}
+    methods = {"dflash": "dflash", **({"eagle3": "eagle3"} if e else {}),
+               **({"ngram": ngram_name(chosen)} if chosen else {})}
     held = set_block(per, recs, "heldout", methods, texts, None, cfg)
     report = {"drafter": "dflash", "drafter_dir": str(drafter or run.dflash_drafter), "temperature": 0.0,
-              "max_new_tokens": cfg.max_new_tokens, "ngram_chosen": chosen, **held}
+              "eagle3_dir": str(eagle3) if e else None, "max_new_tokens": cfg.max_new_tokens, "ngram_chosen": chosen,
+              **held}
     if srecs:
-        sper = measure_dflash_set(model, d, srecs, runs[n:], ks, nks, [chosen] if chosen else [])
+        sper = measure_dflash_set(model, d, srecs, runs[n:], ks, nks, [chosen] if chosen else [], e, eks, have)
         report["sealed"] = {**set_block(sper, srecs, "sealed", methods, texts, held["ks"], cfg),
                             "k_from": "the held-out prompts (each method's best K there)",
                             "outputs": [r["output"] for r in runs[n:]]}   # what vLLM must answer (`vllm_check`)

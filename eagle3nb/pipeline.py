@@ -16,8 +16,8 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
 
 # %% auto #0
 __all__ = ['capture_settings', 'stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'set_screen',
-           'dflash_summary', 'target_shape', 'capture_need', 'train_fit', 'torch_cuda', 'plan_capture', 'plan_train',
-           'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
+           'dflash_summary', 'eagle3_beside', 'target_shape', 'capture_need', 'train_fit', 'torch_cuda', 'plan_capture',
+           'plan_train', 'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
 
 # %% ../nbs/12b_pipeline.ipynb #2d1ed407
 def capture_settings(c:PipelineConfig):
@@ -209,15 +209,27 @@ def set_screen(run, c:PipelineConfig) -> dict:
 
 # %% ../nbs/12b_pipeline.ipynb #fb9d1081
 def dflash_summary(rep:dict) -> str:
-    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's, the paired "
-     "interval's verdict (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")
+    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's (and "
+     "EAGLE-3's), the paired intervals' verdicts (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")
     def one(where, r):
-        d, n = r["best"]["dflash"], (r["best"].get("ngram") or None)
+        d, n, e = r["best"]["dflash"], r["best"].get("ngram"), r["best"].get("eagle3")
         s = f"{where}: DFlash K={d['k']} {d['tokens_per_forward'] or 0:.3f} tokens per target forward"
+        if e: s += f" beside EAGLE-3 K={e['k']} {e['tokens_per_forward'] or 0:.3f}"
         if n: s += f" beside n-gram K={n['k']} {n['tokens_per_forward'] or 0:.3f}"
-        return s + (f"; {r['power']['words']}" if r.get("power") else "")
+        return s + "".join(f"; {r[p]['words']}" for p in ("power", "power_eagle3") if r.get(p))
     sets = (("held-out", rep), ("sealed", rep.get("sealed")))
     return f"evaluate (DFlash, T={rep['temperature']}): " + "; ".join(one(w, r) for w, r in sets if r)
+
+def eagle3_beside(run, c:PipelineConfig) -> Path|None:
+    ("The run's EAGLE-3 drafter, measured beside DFlash, where it is this run's own: trained after the capture the "
+     "run holds now was written, under the [train] settings in force (DFlash's keys aside); else None.")
+    from eagle3nb.core import read_manifest
+    r = Run(run)
+    if not all(p.exists() for p in (r.drafter_dir/"config.json", r.train_dir/"manifest.json",
+                                     r.capture_dir/"manifest.json")): return None
+    m, cap = read_manifest(r.train_dir), read_manifest(r.capture_dir)
+    same = all(m["config"].get(k) == v for k, v in asdict(c.train).items() if k not in _DFLASH_KEYS)
+    return r.drafter_dir if same and m["created"] >= cap["created"] else None
 
 # %% ../nbs/12b_pipeline.ipynb #1f7966b3
 def _generations(run:Path) -> Path:
@@ -272,7 +284,8 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     held = heldout_prompts(run, c)
     if c.train.drafter == "dflash":                 # 10e_evaluate_dflash: DFlash beside n-gram, by exact replay
         from eagle3nb.evaluate_dflash import evaluate_dflash
-        return dflash_summary(evaluate_dflash(run, held, c.evaluate, sealed_file(run, c, held)))
+        return dflash_summary(evaluate_dflash(run, held, c.evaluate, sealed_file(run, c, held),
+                                              eagle3=eagle3_beside(run, c)))
     try: rep = evaluate(run, held, c.evaluate, sealed_file(run, c, held))
     except TooLarge as err:   # a target no process here holds (Kimi-K2.5): measured where it is served
         Run(run).eval_report.unlink(missing_ok=True)

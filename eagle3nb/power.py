@@ -110,7 +110,7 @@ def verdict(ratio:float, # the observed ratio a ÷ b of pooled tokens per forwar
             "prompts_to_resolve": need}
 
 # %% ../nbs/09b_power.ipynb #41c99e0d
-_SUBJECT = {"eagle3": "the drafter", "ngram": "n-gram"}
+_SUBJECT = {"eagle3": "the drafter", "ngram": "n-gram", "dflash": "DFlash"}   # beside DFlash, eagle3 is EAGLE-3
 
 def power_block(recs:list, # per-prompt records of one set (the sealed prompts, say)
                 ks:dict, # method → its K, chosen elsewhere (on the held-out prompts): not chosen again here
@@ -127,7 +127,8 @@ def power_block(recs:list, # per-prompt records of one set (the sealed prompts, 
     ratio = round(pooled[a] / pooled[b], 4)
     ci = paired_bootstrap([r["conversation"] for r in recs], {m: _counts(recs, m, ks[m]) for m in (a, b)},
                           resamples, seed)
-    said = verdict(ratio, ci["ratio"], len(recs), _SUBJECT.get(a, a), _SUBJECT.get(b, b))
+    name = lambda m: "EAGLE-3" if m == "eagle3" and a != "eagle3" else _SUBJECT.get(m, m)
+    said = verdict(ratio, ci["ratio"], len(recs), name(a), name(b))
     return {"n_prompts": len(recs), "max_new_tokens": max_new_tokens, "resamples": resamples, "seed": seed,
             "k": {a: ks[a], b: ks[b]}, "tokens_per_forward": {m: round(x, 4) for m, x in pooled.items()},
             "mean_per_prompt": {m: round(mean_tokens_per_forward(recs, m, ks[m]), 4) for m in (a, b)},
