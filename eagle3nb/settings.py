@@ -106,7 +106,7 @@ MAIN_JOB = {   # chosen by bench/recipes.py on tuning prompts (nbs/explanations/
                  "loop_max_new_tokens": 32,   # the real loop on a labelled subset, beside the replay (#42: time)
                  "batch_size": 32},   # rows in flight: 32 decode faster on two cores than 16 (#42: time)
     "export": {"vllm_check": "auto", "vllm_concurrency": 16,   # vLLM's counters on 16 sealed prompts greedy (equal
-               "vllm_n_prompts": 16, "vllm_sampled_n_prompts": 8},   # to the replay), 8 sampled (in its band; #42: time)
+               "vllm_n_prompts": 16, "vllm_sampled_n_prompts": 8},   # to the replay), 8 sampled (in its band)
 }
 SIZES = {
     "tiny": {"data": {"limit": 300}, "generate": {"n_prompts": 4, "max_new_tokens": 24},

@@ -280,7 +280,7 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
                server_args:tuple=(), # more vLLM arguments, e.g. ("--tensor-parallel-size", "8")
                timeout:float=900,
                concurrency:int=1, # requests in flight (1: one at a time, as the replay decodes them)
-               sampled:dict|None=None, # `{temperature, top_p, top_k, seeds, records[, prompts]}`: a 2nd pass, first len(seeds) prompts
+               sampled:dict|None=None, # `{temperature, top_p, top_k, seeds, records[, prompts]}`: a 2nd pass
                method:str="eagle3", # the drafter's kind: eagle3 (a speculators export) or dflash (`dflash.save_dflash`)
               ) -> dict:
     "vLLM serving the export at K: its counters' τ, tokens per forward, outputs vs expected, beside eagle3nb's row."
@@ -301,8 +301,10 @@ def vllm_check(export_dir, # a speculators export (`11_export`)
             started, before = time.time(), httpx.get(url + "/metrics", timeout=30).text
             outs = serve_prompts(url, ps, max_new_tokens, timeout, concurrency)
             seconds, after = time.time() - started, httpx.get(url + "/metrics", timeout=30).text
-            if sampled: drawn = sampled_pass(url, _ids(sampled.get("prompts") or prompts[:len(sampled["seeds"])])[1], k, max_new_tokens,
-                                             timeout, concurrency, sampled, after, log, method)
+            if sampled:   # over its own prompts, else the first len(seeds) of `prompts`
+                sps = sampled.get("prompts") or prompts[:len(sampled["seeds"])]
+                drawn = sampled_pass(url, _ids(sps)[1], k, max_new_tokens,
+                                     timeout, concurrency, sampled, after, log, method)
         for name, text in (("before", before), ("after", after)):
             log.with_suffix(f".metrics-{name}.txt").write_text(text)
         row = vllm_row(spec_counters(before, k), spec_counters(after, k), len(ps), sum(map(len, outs)), seconds)
