@@ -339,6 +339,34 @@ def _vllm_blocks(run:Path) -> list:
                   ["per-position acceptance", pos(v), pos(e), " ".join(f"{x:+.2f}" for x in d.get("per_position", []))
                    or "—"]])] + _vllm_sampled_blocks(c.get("sampled"))
 
+# %% ../nbs/12a_report.ipynb #5639ae6e
+def _dflash_blocks(run:Path) -> list:
+    ("DFlash beside EAGLE-3 (where the run's own was measured with it) and n-gram, held-out and sealed, each at its "
+     "held-out K with its interval; the verdicts; vLLM's counters on its export (`evaluate/dflash_report.json`).")
+    r = Run(run)
+    if not r.dflash_report.exists(): return []
+    rep = read_json(r.dflash_report)
+    s = rep.get("sealed") or {}
+    pm = lambda blk, m: blk.get("power_eagle3") if m == "eagle3" else blk.get("power")   # the block m's interval is in
+    rows = [[m, rep["ks"][m], _ci_cell(pm(rep, m), m, rep["best"].get(m)),
+             _ci_cell(pm(s, m), m, s["best"].get(m)) if s else "—"] for m in ("dflash", "eagle3", "ngram")
+            if m in rep["ks"]]
+    sets = (("Held-out", rep), ("Sealed", s))
+    words = [f"{w}: {blk[p]['words']}." for w, blk in sets for p in ("power_eagle3", "power") if blk.get(p)]
+    b = [("h2", "DFlash beside EAGLE-3 and n-gram"),
+         ("p", f"The DFlash drafter (`{rep['drafter_dir']}`) by exact replay of block drafting over the target's "
+               f"greedy answers, T={rep['temperature']}, {rep['max_new_tokens']} new tokens a prompt; "
+               + (f"EAGLE-3 (`{rep['eagle3_dir']}`) replayed over the same answers; " if rep.get("eagle3_dir") else "")
+               + "each method at the K chosen on the held-out prompts (tokens per target forward, 95 % intervals by "
+                 "a paired bootstrap over conversations):"),
+         ("table", ["method", "K", f"held-out ({rep['n_prompts']} prompts)",
+                    f"sealed ({s.get('n_prompts', 0)} prompts)"], rows), *[("p", w) for w in words]]
+    if r.dflash_vllm_check.exists() and "vllm" in (v := read_json(r.dflash_vllm_check)):
+        b += [("p", f"vLLM serving the DFlash export on {v['n_prompts']} sealed prompts at K={v['k']}: τ "
+                    f"{v['vllm']['tau'] or 1:.5f} against the replay's {v['eagle3nb']['tau'] or 1:.5f}; answers "
+                    f"{'equal' if v.get('outputs_equal_expected') else 'NOT equal'} to the target's greedy ones.")]
+    return b
+
 # %% ../nbs/12a_report.ipynb #b156648e
 def _stage_blocks(run:Path, led:dict) -> list:
     "Each stage's time and one-line account, and the validation counts."
@@ -456,7 +484,8 @@ def report_blocks(run) -> list:
     run = Run(run)
     led = read_json(run.ledger) if run.ledger.exists() else {}
     cfg = read_json(run.settings) if run.settings.exists() else {}
-    rep = read_json(run.eval_report) if run.eval_report.exists() else None
+    dflash = (cfg.get("train") or {}).get("drafter") == "dflash"   # then evaluate/report.json is not this run's
+    rep = read_json(run.eval_report) if run.eval_report.exists() and not dflash else None
     try: target = run.target
     except InputError: target = "?"                # a run directory with no stage done yet
     data = ", ".join(f"`{x}`" for x in cfg.get("data", {}).get("inputs", []))
@@ -468,7 +497,7 @@ def report_blocks(run) -> list:
     return b + (_headline_blocks(rep, k_plot) + _verdict_blocks(rep) + _sealed_blocks(rep) + _kind_blocks(rep) +
                 _mode_blocks(rep) +
                _screen_blocks(run, rep) if rep else []) + \
-        _vllm_blocks(run) + \
+        (_dflash_blocks(run) if dflash else _vllm_blocks(run)) + \
         _stage_blocks(run, led) + _plot_blocks(run, (k_plot,)) + _serve_blocks(run, target, rep)
 
 def write_report(run) -> tuple:
