@@ -78,7 +78,8 @@ def dflash_loss(drafter:DFlash, input_ids, aux, # `[B, T]`, the drafter's states
     w = torch.exp(-torch.arange(c.block_size - 1, device=h.device) / gamma).expand_as(valid)[valid]
     rows, y, W = h[valid], labels[valid], drafter.lm_head.weight
     step = chunk or max(1, len(y))
-    parts = [(checkpoint(_ce_rows, W, rows[i:i + step], y[i:i + step], use_reentrant=False) if torch.is_grad_enabled()
+    ck = torch.is_grad_enabled() and step < len(y)        # one chunk of all rows: nothing to gain from recomputing it
+    parts = [(checkpoint(_ce_rows, W, rows[i:i + step], y[i:i + step], use_reentrant=False) if ck
               else _ce_rows(W, rows[i:i + step], y[i:i + step])) for i in range(0, len(y), step)]
     ce = torch.cat([p[0] for p in parts]) if parts else h.sum() * 0
     right = torch.zeros_like(valid)
@@ -121,11 +122,12 @@ def dflash_step(drafter:DFlash, opt, batch, cfg:TrainConfig, step:int, have:list
 
 @torch.no_grad()
 def heldout_blocks(drafter:DFlash, source, batches:list, cfg:TrainConfig, have:list, want:list) -> dict:
-    "`summarize_blocks` over held-out `batches` (lists of ids), every anchor of every record (no draw)."
+    ("`summarize_blocks` over held-out `batches` (lists of ids): `anchors` blocks a record, drawn the same at every "
+     "evaluation (generators past any training step's), so the curve compares like with like at a step's cost.")
     sums, dev = None, drafter.fc.weight.device
-    for ids in batches:
+    for i, ids in enumerate(batches):
         b = source.batch(ids).to(dev)
-        anchors, keep = sample_anchors(b.loss_mask, None)
+        anchors, keep = sample_anchors(b.loss_mask, cfg.anchors, step_generator(cfg.seed, 2**40 + i))
         _, st = dflash_loss(drafter, b.input_ids, select_aux(b.aux, have, want), b.loss_mask, b.lengths, anchors, keep,
                             cfg.loss_gamma or cfg.block_size / 2, cfg.loss_chunk)
         sums = add_sums(sums, st)
