@@ -63,7 +63,8 @@ def evaluate_dflash(run, prompts, # held-out prompts: a JSONL of prompt records 
     recs = prompt_records(prompts, tok, cfg.n_prompts)
     srecs = prompt_records(sealed, tok) if sealed else []
     if not recs: raise InputError(f"{prompts}: no prompts")
-    ks = list(range(1, max(cfg.ks) + 1))     # n-gram's as the EAGLE-3 evaluation's: on to three times ngram_max_k
+    ks = list(range(1, max(list(cfg.ks) + [d.config.block_size - 1]) + 1))   # every K a block can serve
+    # n-gram's as the EAGLE-3 evaluation's: on to three times ngram_max_k
     nks = list(range(1, max(list(cfg.ks) + [3 * cfg.ngram_max_k]) + 1)) if cfg.ngram else []
     eks = list(range(1, max(list(cfg.ks) + [2 * (trained_k(eagle3, default=None) or 0)]) + 1)) if e else []
     have = sorted({*d.config.aux_layers_hf, *(e.config.aux_layers_hf if e else [])})
