@@ -217,10 +217,10 @@ def new_dflash(target, # a `Target` (eagle3nb.models) or model directory
     cfg = json.loads((path/"config.json").read_text())
     torch.manual_seed(seed)
     d = DFlash(dflash_config(cfg, target_layer_ids, mask_token_id, block_size, num_layers, str(path)))
-    with torch.no_grad():
-        d.embed_tokens.weight.copy_(target_embeddings(path).float())
-        d.lm_head.weight.copy_(target_lm_head(path).float())
-        d.norm.weight.copy_(target_tensor(path, *NORM_NAMES).float())   # trained, but starts where the head expects
+    with torch.no_grad():   # the embedding as the target stores it, mapped (EAGLE-3's): rows widened as looked up
+        d.embed_tokens.weight = nn.Parameter(target_embeddings(path, mapped=True), requires_grad=False)
+        d.lm_head.weight.copy_(target_lm_head(path))      # widened as copied: never a float32 copy of it beside
+        d.norm.weight.copy_(target_tensor(path, *NORM_NAMES))   # trained, but starts where the head expects
     return d
 
 def vllm_config(c:DFlashConfig) -> dict:

@@ -378,13 +378,15 @@ def target_shape(target) -> dict|None:
 # %% ../nbs/12b_pipeline.ipynb #066b7f4d
 def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
     ("Tokens the capture will store (exact from the validated and context records once they exist, else an upper "
-     "bound from the settings) × bytes a token: `tokens`, `exact`, `bytes_per_token`, `bytes`, `shard_bytes`.")
+     "bound from the settings) × bytes a token: `tokens`, `records`, `exact`, `bytes_per_token`, `bytes`, "
+     "`shard_bytes`.")
     run = Run(run)
     n_aux = len(capture_settings(c).aux_layers or [0, 0, 0])   # both drafters' layers
     bpt = (n_aux + 1) * shape["hidden"] * _ESIZE.get(c.capture.dtype, 4) + 5   # states, then ids (int32) and mask
     files = [f for f in (run.records, run.context_records) if f.exists()]
     if run.records.exists():
-        tokens, exact = sum(len(o["input_ids"]) for f in files for _, o in JsonlReader(f)), True
+        lens = [len(o["input_ids"]) for f in files for _, o in JsonlReader(f)]
+        tokens, records, exact = sum(lens), len(lens), True
     else:
         p = run.prompts
         lens = [len(o["prompt_ids"]) for _, o in JsonlReader(p)] if p.exists() else []
@@ -392,7 +394,8 @@ def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
         n_gen = c.generate.n_prompts if c.generate.n_prompts is not None else len(lens)
         per = mean_prompt + c.generate.max_new_tokens
         tokens, exact = int(n_gen * c.generate.n_samples * per + c.context.n_prompts * per), False
-    return {"tokens": tokens, "exact": exact, "bytes_per_token": bpt, "bytes": tokens * bpt,
+        records = n_gen * c.generate.n_samples + c.context.n_prompts
+    return {"tokens": tokens, "records": records, "exact": exact, "bytes_per_token": bpt, "bytes": tokens * bpt,
             "shard_bytes": c.capture.shard_tokens * bpt}
 
 
@@ -400,23 +403,30 @@ def capture_need(run, c:PipelineConfig, shape:dict) -> dict:
 def train_fit(c:PipelineConfig, shape:dict,
               gpu_mem:float|None=None, # GiB of one GPU: how many such GPUs the training needs at this batch
              ) -> dict:
-    "What a training process holds at `c.train`'s batch (`one_gpu`, `here`), GPUs of `gpu_mem` GiB needed, fit here."
+    ("What a training process holds at `c.train`'s batch (`one_gpu`, `here`), GPUs of `gpu_mem` GiB needed, fit here; "
+     "for DFlash also the `records` a batch holds (the batch over the records' mean length, `capture_need`'s).")
     from eagle3nb.capture import default_aux_layers
     from eagle3nb.memory import available_memory
     from eagle3nb.models import target_dir
     from eagle3nb.train import step_memory
-    t, d = c.train, target_dir(c.target)
-    aux = c.capture.aux_layers or default_aux_layers(shape["layers"])
-    one = step_memory(d, t, aux, "cuda")
+    from eagle3nb.train_dflash import dflash_step_memory
+    t, d, dfl = c.train, target_dir(c.target), c.train.drafter == "dflash"
+    aux = (dfl and t.dflash_aux_layers) or c.capture.aux_layers or default_aux_layers(shape["layers"])
+    n = capture_need(c.run, c, shape) if dfl else None
+    kw = {"records": max(1, round(t.batch_tokens * n["records"] / n["tokens"])) if n["tokens"] else 1} if dfl else {}
+    memory = dflash_step_memory if dfl else step_memory
+    one = memory(d, t, aux, "cuda", **kw)
     dev = "cuda" if torch_cuda() else "cpu"
-    here, avail = step_memory(d, t, aux, dev), available_memory(dev)
+    here, avail = memory(d, t, aux, dev, **kw), available_memory(dev)
     gpus = None
     if gpu_mem:
         cap = gpu_mem * 2**30
-        if one["total"] - one["activations"] < cap:
+        if dfl: gpus = 1 if one["total"] <= cap else None             # one process: no torchrun for DFlash yet
+        elif one["total"] - one["activations"] < cap:
             gpus = next((g for g in range(1, 4097) if step_memory(d, t, aux, "cuda", world=g)["total"] <= cap), None)
     return {"one_gpu": one, "here": here, "device_here": dev, "available_here": avail,
-            "fits_here": here["total"] <= avail, "gpu_mem": gpu_mem, "gpus": gpus}
+            "fits_here": here["total"] <= avail, "gpu_mem": gpu_mem, "gpus": gpus, "aux_layers": aux,
+            "records": kw.get("records")}
 
 def torch_cuda() -> bool:
     "Whether torch sees a CUDA GPU (torch imported only when asked)."
@@ -447,24 +457,32 @@ def plan_capture(c:PipelineConfig, shape:dict|None, # `target_shape(c.target)`: 
 def plan_train(c:PipelineConfig, shape:dict, # `target_shape(c.target)`
                gpu_mem:float|None=None, # GiB of one GPU: the plan says how many such GPUs training needs
               ) -> list:
-    "The plan's training lines: the drafter at its K and N, one process's memory, GPUs needed, the fit here."
-    f, t = train_fit(c, shape, gpu_mem), c.train
+    "The plan's training lines: the drafter (EAGLE-3 at its K and N, or DFlash), one process's memory, GPUs, fit here."
+    f, t, dfl = train_fit(c, shape, gpu_mem), c.train, c.train.drafter == "dflash"
     o, h = f["one_gpu"], f["here"]
-    out = [f"K={t.ttt_steps}, N={o['N']:,}: {o['trained_params']:,} trained parameters, {t.batch_tokens:,} tokens a "
-           "step" + (f"; then {len(t.vocab_sweep)} more drafters as long, N in {t.vocab_sweep} (the vocabulary sweep)"
-                     if t.vocab_sweep else ""),
-           f"           one process on one GPU: weights {_gib(o['weights'])}, gradients {_gib(o['grads'])}, "
+    first = (f"DFlash, block {t.block_size}, {t.dflash_layers} layers reading HF layers {f['aux_layers']}: "
+             f"{o['trained_params']:,} trained parameters, {t.batch_tokens:,} tokens a step (~{f['records']} records, "
+             f"{t.anchors} anchors each)" if dfl else
+             f"K={t.ttt_steps}, N={o['N']:,}: {o['trained_params']:,} trained parameters, {t.batch_tokens:,} tokens a "
+             "step" + (f"; then {len(t.vocab_sweep)} more drafters as long, N in {t.vocab_sweep} (the vocabulary sweep)"
+                       if t.vocab_sweep else ""))
+    out = [first, f"           one process on one GPU: weights {_gib(o['weights'])}, gradients {_gib(o['grads'])}, "
            f"AdamW state ({t.optim_state}) {_gib(o['optimizer'])}, target's frozen tensors {_gib(o['frozen'])}, "
            f"activation peak {_gib(o['activations'])} a step: {_gib(o['total'])}"]
-    if gpu_mem:
+    if gpu_mem and dfl:
+        out.append(f"           GPUs of {gpu_mem:g} GiB: " + ("1 (one process: DFlash has no torchrun yet)" if f["gpus"]
+                   else f"none is enough: DFlash trains in one process (no torchrun yet) and a step needs "
+                   f"{_gib(o['total'])}: lower [train] batch_tokens or anchors"))
+    elif gpu_mem:
         out.append(f"           GPUs of {gpu_mem:g} GiB: " + (f"{f['gpus']} (torchrun; each holds the weights, "
                    f"gradients and AdamW state, and 1/{f['gpus']} of the batch)" if f["gpus"] else
                    f"none is enough: the weights, gradients, AdamW state and frozen tensors alone need "
                    f"{_gib(o['total'] - o['activations'])} in each"))
     halve = "; optim_state = \"bfloat16\" halves AdamW's state" if t.optim_state == "float32" else ""
+    who = "train_dflash" if dfl else "eagle3nb train"
     out.append(f"           this machine ({f['device_here']}): needs {_gib(h['total'])}, {_gib(f['available_here'])} "
                "available: " + ("fits" if f["fits_here"] else
-                                f"DOES NOT FIT (eagle3nb train refuses it before loading anything{halve})"))
+                                f"DOES NOT FIT ({who} refuses it before loading anything{halve})"))
     return out
 
 # %% ../nbs/12b_pipeline.ipynb #1cada02b
@@ -497,7 +515,9 @@ def plan(c:PipelineConfig, stages:list|None=None, fresh:bool=False,
                f"prompts × ≤ {e.max_new_tokens} tokens, K in {e.ks}" + (f"; then {e.sealed_n_prompts} sealed prompts "
                "from the far end of the data (replay)" if e.sealed_n_prompts else "")
                + ("; at T = 0 and at the target's served sampling" if e.sampled and not e.temperature else ""))
-    out.append(f"  export   [{runs('export')}]: {', '.join(c.export.formats)}")
+    ex = ("DFlash: the drafter training wrote in vLLM's layout, served by vLLM at its best K"
+          if c.train.drafter == "dflash" else ", ".join(c.export.formats))
+    out.append(f"  export   [{runs('export')}]: {ex}")
     return out
 
 # %% ../nbs/12b_pipeline.ipynb #7244e639

@@ -19,8 +19,8 @@ from .evaluate import EvaluateConfig
 from .export import ExportConfig
 
 # %% auto #0
-__all__ = ['SECTION', 'RENAMED', 'MAIN_JOB', 'SIZES', 'PipelineConfig', 'config_from_dict', 'pipeline_config', 'check_config',
-           'run_settings', 'stage_config', 'main_job_differs']
+__all__ = ['SECTION', 'RENAMED', 'MAIN_JOB', 'SIZES', 'PipelineConfig', 'config_from_dict', 'config_files', 'pipeline_config',
+           'check_config', 'run_settings', 'stage_config', 'main_job_differs']
 
 # %% ../nbs/12_settings.ipynb #b3594d21
 @dataclass
@@ -127,22 +127,37 @@ SIZES = {
               "evaluate": {"n_prompts": None, "ks": [1, 3, 5], "sealed_n_prompts": 64}},
 }
 
+# %% ../nbs/12_settings.ipynb #6b2c3d4e
+def config_files(path) -> list:
+    ("`[(file, settings)]` of a TOML config and of the files its `base` keys name (each relative to the file naming "
+     "it), the deepest base first: the order `pipeline_config` applies them in, a file's own keys over its base's.")
+    import tomllib
+    out, p = [], Path(path)
+    if not p.is_file(): raise InputError(f"{p}: no such config file (a TOML file; see configs/ for examples)")
+    while True:
+        try: d = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e: raise InputError(f"{p}: not valid TOML ({e})") from None
+        base = d.pop("base", None)
+        out.insert(0, (p, d))
+        if base is None: return out
+        if not isinstance(base, str): raise InputError(f"{p}: `base` = {base!r} must be a file name")
+        nxt = p.parent/base
+        if not nxt.is_file(): raise InputError(f"{p}: `base` = {base!r}: {nxt} is no such config file")
+        if any(nxt.resolve() == q.resolve() for q, _ in out):
+            raise InputError(f"{p}: `base` = {base!r} makes a loop ({' → '.join(str(q) for q, _ in out)})")
+        p = nxt
+
 # %% ../nbs/12_settings.ipynb #ac8f17f9
 def pipeline_config(config=None, # a TOML file, a dict of sections, or None (the embedded default)
                     size:str|None=None, # a preset of SIZES, applied before the file
                     **overrides) -> PipelineConfig:
-    ("Defaults ← `MAIN_JOB` ← size preset ← config file ← overrides (e.g. `run='runs/x'`, `train={'epochs': 2}`): "
-     "one `PipelineConfig`.")
+    ("Defaults ← `MAIN_JOB` ← size preset ← config file (over its `base`) ← overrides (e.g. `run='runs/x'`, "
+     "`train={'epochs': 2}`): one `PipelineConfig`.")
     if size is not None and size not in SIZES: raise InputError(f"--size {size!r}: use one of {', '.join(SIZES)}")
     cfg = config_from_dict(MAIN_JOB, where="MAIN_JOB")
     cfg = config_from_dict(SIZES[size or "small"], cfg, where=f"size {size or 'small'}")
     if isinstance(config, (str, Path)):
-        import tomllib
-        p = Path(config)
-        if not p.is_file(): raise InputError(f"{p}: no such config file (a TOML file; see configs/ for examples)")
-        try: d = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e: raise InputError(f"{p}: not valid TOML ({e})") from None
-        cfg = config_from_dict(d, cfg, where=str(p))
+        for p, d in config_files(config): cfg = config_from_dict(d, cfg, where=str(p))   # its bases first
     elif config is not None: cfg = config_from_dict(config, cfg)
     return check_config(config_from_dict(overrides, cfg, where="overrides"))
 

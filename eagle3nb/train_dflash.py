@@ -4,7 +4,7 @@
 
 # %% ../nbs/09c_train_dflash.ipynb #7386f9eb
 from __future__ import annotations
-import time
+import json, time
 from dataclasses import asdict, replace
 from pathlib import Path
 import torch
@@ -12,15 +12,17 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from .core import Run, InputError, JsonlReader, JsonlWriter, disk_full_said, write_manifest
 from .capture import dist_env
-from .dflash import DFlash, dflash_layer_ids, new_dflash, save_dflash, select_aux
-from .sources import DraftVocab, OfflineSource, plan_batches
+from .dflash import DFlash, dflash_config, dflash_layer_ids, new_dflash, save_dflash, select_aux
+from .memory import BASE_BYTES, available_memory, check_fits
+from .sources import BatchPlan, DraftVocab, OfflineSource, plan_batches
 from .resume import latest_checkpoint, load_checkpoint, load_optimizer, load_weights
 from .train import (TrainConfig, _check_data, _check_resume, _check_source, _clear_checkpoints, _data_note,
-                            _keep_checkpoint, _reset_metrics, lr_at, optimizer)
+                            _keep_checkpoint, _reset_metrics, lr_at, optimizer, target_bytes, use_bf16)
 
 # %% auto #0
 __all__ = ['sample_anchors', 'block_inputs', 'block_stats', 'dflash_loss', 'summarize_blocks', 'add_sums', 'step_generator',
-           'dflash_step', 'heldout_blocks', 'plot_dflash', 'train_dflash']
+           'dflash_step', 'heldout_blocks', 'plot_dflash', 'dflash_params', 'dflash_activations', 'dflash_memory',
+           'dflash_step_memory', 'dflash_step_need', 'train_dflash']
 
 # %% ../nbs/09c_train_dflash.ipynb #2217132a
 def sample_anchors(loss_mask, # `[B, T]`: 1 on generated tokens, 0 on prompts and padding
@@ -111,8 +113,10 @@ def dflash_step(drafter:DFlash, opt, batch, cfg:TrainConfig, step:int, have:list
     "One optimizer step on `batch` (captured at HF layers `have`, the drafter reading `want`); its summed stats."
     anchors, keep = sample_anchors(batch.loss_mask, cfg.anchors, step_generator(cfg.seed, step))
     opt.zero_grad(set_to_none=False)
-    loss, st = dflash_loss(drafter, batch.input_ids, select_aux(batch.aux, have, want), batch.loss_mask,
-                           batch.lengths, anchors, keep, cfg.loss_gamma or cfg.block_size / 2, cfg.loss_chunk)
+    dev = batch.input_ids.device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_bf16(cfg.bf16, dev)):   # as EAGLE-3's step
+        loss, st = dflash_loss(drafter, batch.input_ids, select_aux(batch.aux, have, want), batch.loss_mask,
+                               batch.lengths, anchors, keep, cfg.loss_gamma or cfg.block_size / 2, cfg.loss_chunk)
     if not torch.isfinite(loss): raise FloatingPointError(f"step {step + 1}: non-finite loss on {batch.ids[:4]}")
     loss.backward()
     params = [p for p in drafter.parameters() if p.requires_grad]
@@ -147,6 +151,12 @@ def _resume_dflash(ckdir:Path, cfg:TrainConfig, src, layer_ids:list, device) -> 
     load_optimizer(opt, drafter, state, ck)
     return drafter, opt, state["step"]
 
+def _released(drafter:DFlash, opt) -> DFlash:
+    "The trained drafter on the CPU, its gradients and AdamW's state dropped (the last checkpoint holds them)."
+    opt.state.clear()                                # not kept while the drafter is written (EAGLE-3's `train` too)
+    drafter.zero_grad(set_to_none=True)
+    return drafter.cpu()
+
 def plot_dflash(rows:list, note:dict, out_dir) -> list:
     "Acceptance per block position along training (held-out where measured), as a PNG; its path in a list."
     from matplotlib.figure import Figure
@@ -164,6 +174,73 @@ def plot_dflash(rows:list, note:dict, out_dir) -> list:
     p = out/"dflash_acceptance_by_position.png"
     with disk_full_said(p, remove=[p]): fig.savefig(p, dpi=110, bbox_inches="tight")
     return [p]
+
+# %% ../nbs/09c_train_dflash.ipynb #8e1d0a02
+def dflash_params(c:DFlashConfig) -> int:
+    "Parameters a DFlash drafter of config `c` trains (all but the target's embedding and head)."
+    H, d, I = c.hidden_size, c.head_dim, c.intermediate_size
+    layer = 2 * H * d * (c.num_attention_heads + c.num_key_value_heads) + 3 * H * I + 2 * H + 2 * d
+    return c.num_hidden_layers * layer + len(c.target_layer_ids) * c.target_hidden_size * H + 2 * H
+
+def dflash_activations(c:DFlashConfig, tokens:int, # padded tokens of a step's batch: its records × their length
+                       records:int, # records in the batch: each brings up to `anchors` blocks
+                       anchors:int, bf16:bool=False, loss_chunk:int|None=1024) -> dict:
+    ("Bytes of a DFlash step's activations: its float32 `batch`, what autograd keeps for the backward (`saved`) "
+     "and the backward's largest transient on top of that (`peak`).")
+    H, Ht, V, Q, n = c.hidden_size, c.target_hidden_size, c.vocab_size, c.block_size, len(c.target_layer_ids)
+    I, nh = c.intermediate_size, c.num_attention_heads
+    hd, kvd = nh * c.head_dim, c.num_key_value_heads * c.head_dim
+    T = -(-tokens // max(records, 1))
+    A = max(1, min(anchors, T - 2))                    # a record of T tokens has at most T - 2 anchors
+    m, rows, scores = records * A * Q, records * A * (Q - 1), records * A * Q * nh * (T + Q)   # a layer's
+    # bytes kept per layer: a block token's states (residual and norms in float32, the projections' inputs in the
+    # compute dtype), a score (the float32 softmax and its copy), a context token's keys and values
+    if bf16: layer = m * (24 * H + 12 * hd + 10 * kvd + 8 * I) + 6 * scores + tokens * (4 * H + 10 * kvd)
+    else: layer = m * (22 * H + 20 * hd + 16 * kvd + 16 * I) + 8 * scores + 16 * tokens * kvd
+    # once: the fused context (fc, hidden_norm), the final norm, the rows the loss reads, fc's bf16 input
+    once = tokens * H * (6 if bf16 else 12) + m * H * 8 + rows * H * 4 + (2 * tokens * n * Ht if bf16 else 0)
+    chunk = min(loss_chunk or rows, rows)
+    return {"batch": 4 * tokens * (n + 1) * Ht, "saved": c.num_hidden_layers * layer + once,
+            "peak": max((2 * V * H if bf16 else 0) + 16 * chunk * V, 16 * scores)}
+
+# %% ../nbs/09c_train_dflash.ipynb #8e1d0a04
+def dflash_memory(c:DFlashConfig, tokens:int, # padded tokens of a step's batch: its records × their length
+                  records:int, # records in the batch: each brings up to `anchors` blocks
+                  anchors:int, optim_state:str="float32", bf16:bool=False, loss_chunk:int|None=1024,
+                  target_bytes:int=2, # bytes of one value of the target's embedding (bf16: 2)
+                  embed_mapped:bool=False, # the embedding is mapped (CPU): only the rows looked up are resident
+                 ) -> dict:
+    "Bytes one DFlash training process holds, by part (`train_memory`'s parts), and their `total`."
+    P, V, H = dflash_params(c), c.vocab_size, c.hidden_size
+    rows = records * min(anchors, max(1, -(-tokens // max(records, 1)) - 2)) + 1   # anchors' and the mask's rows
+    embed = min(V * H * target_bytes, rows * max(H * target_bytes, 2**21)) if embed_mapped else V * H * target_bytes
+    out = {"weights": 4 * P, "grads": 4 * P, "optimizer": (8 if optim_state == "float32" else 4) * P,
+           "autocast_copies": 2 * P if bf16 else 0,
+           "frozen": 4 * V * H + embed,               # the target's head, held in float32, and its embedding
+           "activations": sum(dflash_activations(c, tokens, records, anchors, bf16, loss_chunk).values()),
+           "base": BASE_BYTES}
+    return {**out, "total": sum(out.values()), "trained_params": P, "N": c.vocab_size}
+
+# %% ../nbs/09c_train_dflash.ipynb #9e2f1a01
+def dflash_step_memory(target, cfg:TrainConfig, aux_layers:list, # the HF layers the drafter reads
+                       device="cpu", tokens:int|None=None, # a batch's padded tokens (default: `cfg.batch_tokens`)
+                       records:int=1, # the records those tokens hold: each brings up to `cfg.anchors` blocks
+                      ) -> dict:
+    "What one DFlash training process will hold (`dflash_memory`), from the target's config.json alone."
+    tc = json.loads((Path(target)/"config.json").read_text())
+    c = dflash_config(tc, dflash_layer_ids(aux_layers), None, cfg.block_size, cfg.dflash_layers)
+    return dflash_memory(c, tokens or cfg.batch_tokens, records, cfg.anchors, cfg.optim_state,
+                         use_bf16(cfg.bf16, device), cfg.loss_chunk, target_bytes(target),
+                         embed_mapped=torch.device(device).type == "cpu")   # new_dflash maps it; .to(gpu) copies
+
+def dflash_step_need(src, plan:BatchPlan, cfg:TrainConfig, want:list, # the HF layers the drafter reads
+                     device="cpu") -> dict:
+    ("`dflash_step_memory` of a run's most demanding step: for each count of records a training batch holds, its "
+     "batch of the most padded tokens (memory grows with both), the largest; counted before anything is loaded.")
+    most = {}
+    for b in plan.epoch(0): most[len(b)] = max(most.get(len(b), 0), len(b) * max(plan.items[i] for i in b))
+    return max((dflash_step_memory(src.target, cfg, want, device, tokens=t, records=r) for r, t in most.items()),
+               key=lambda m: m["total"])
 
 # %% ../nbs/09c_train_dflash.ipynb #05fda031
 def train_dflash(run, # run directory: reads capture/, writes train/dflash/
@@ -186,6 +263,7 @@ def train_dflash(run, # run directory: reads capture/, writes train/dflash/
     if fresh: _clear_checkpoints(run.dflash_checkpoints)
     plan = plan_batches(src, cfg)
     if not plan.train_ids: raise InputError(f"{run}: no training records (captured {len(plan.items)})")
+    check_fits(dflash_step_need(src, plan, cfg, want, device), available_memory(device))   # before loading anything
     drafter, opt, step = _resume_dflash(run.dflash_checkpoints, cfg, src, dflash_layer_ids(want), device)
     vocab, data = DraftVocab([], 1.0, 0, drafter.config.vocab_size), src.fingerprint()   # the target's whole vocabulary
     _reset_metrics(run.dflash_metrics, step)
@@ -215,7 +293,7 @@ def train_dflash(run, # run directory: reads capture/, writes train/dflash/
         log.close()
         src.close()
     note = {**_data_note(run), "target": Path(src.target).name, "block_size": cfg.block_size}
-    save_dflash(drafter.cpu(), run.dflash_drafter, {"eagle3nb_train": {**asdict(cfg), **note}})
+    save_dflash(_released(drafter, opt), run.dflash_drafter, {"eagle3nb_train": {**asdict(cfg), **note}})
     rows = [r for _, r in JsonlReader(run.dflash_metrics)]
     final = {s: next((r for r in reversed(rows) if r["split"] == s), None) for s in ("train", "heldout")}
     return write_manifest(run.dflash_dir, "train", config={**asdict(cfg), "target": src.target, "aux_layers_hf": want},

@@ -67,25 +67,54 @@ def write_target(d, config:dict):
     return d
 
 
-def write_capture(run, target, config:dict, n_records:int=6, length:int=128, seed:int=0):
+def write_capture(run, target, config:dict, n_records:int=6, length:int=128, seed:int=0,
+                  aux_layers:list|None=None):
     """`run/capture` as `eagle3nb capture` writes it: `n_records` records of `length` tokens, random bf16 hidden states
-    of the target's width (3 aux + final), random token ids, the second half of each record its answer."""
+    of the target's width (`aux_layers`, HF indices, default EAGLE-3's three; and the final state), random token ids,
+    the second half of each record its answer. Returns the aux layers."""
     import torch
     from pathlib import Path
     from eagle3nb.capture import ShardWriter, default_aux_layers, shard_rows
     from eagle3nb.core import write_jsonl_atomic, write_manifest
     c = config.get("text_config", config)
     V, H, L = int(c["vocab_size"]), int(c["hidden_size"]), int(c["num_hidden_layers"])
-    aux_layers, out = default_aux_layers(L), Path(run)/"capture"
+    aux_layers, out = list(aux_layers or default_aux_layers(L)), Path(run)/"capture"
     g = torch.Generator().manual_seed(seed)
     w = ShardWriter(out/"shards", "r0", "bfloat16")
     for i in range(n_records):
         ids = torch.randint(0, V, (length,), generator=g).tolist()
-        w.add(f"rec{i}", torch.randn(length, 3 * H, generator=g), torch.randn(length, H, generator=g), ids,
-              [0] * (length // 2) + [1] * (length - length // 2))
+        w.add(f"rec{i}", torch.randn(length, len(aux_layers) * H, generator=g), torch.randn(length, H, generator=g),
+              ids, [0] * (length // 2) + [1] * (length - length // 2))
     w.flush()
     write_jsonl_atomic(out/"index.jsonl", shard_rows(out/"shards"))
     write_manifest(out, "capture", config={"target": str(target), "aux_layers_hf": aux_layers, "hidden_size": H,
                                            "num_layers": L, "dtype": "bfloat16"},
                    counts={"records": n_records, "captured": n_records, "tokens": n_records * length})
     return aux_layers
+
+
+def rss_run(args, env=None) -> tuple:
+    "Run a command; `(returncode, peak RSS in bytes, stderr tail)` (the peak from wait4's rusage of that child)."
+    import os, subprocess
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, **(env or {})})
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, ru.ru_maxrss * 1024, err[-3000:]
+
+
+def plan_output(config, *settings, extra=()) -> str:
+    "What `eagle3nb run CONFIG --plan [extra] --set SETTINGS` prints (it must succeed)."
+    import subprocess, sys
+    from pathlib import Path
+    r = subprocess.run([str(Path(sys.executable).parent/"eagle3nb"), "run", str(config), "--plan", *extra, "--set",
+                        *settings], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def plan_need(out:str) -> float:
+    "The bytes a plan's training line says a step needs on this machine (`this machine (cpu): needs X GiB`)."
+    import re
+    return float(re.search(r"this machine \(cpu\): needs ([\d.]+) GiB", out)[1]) * 2**30

@@ -83,11 +83,17 @@ def test_example_script_runs_the_pipeline(tmp_path):
     assert not (tmp_path/"ex/capture").exists()         # online: no hidden states stored
     assert (tmp_path/"ex/report.html").exists()
 
-@pytest.mark.parametrize("name", ["qwen3-8b-sglang.toml", "kimi-k2.5-sglang.toml"])
+@pytest.mark.parametrize("name", ["qwen3-8b-sglang.toml", "kimi-k2.5-sglang.toml", "qwen3-8b-dflash.toml"])
 def test_example_configs_read(name):
     from eagle3nb.settings import pipeline_config
     c = pipeline_config(ROOT/"configs"/name)
     assert c.generate.engine == "sglang" and c.generate.urls and c.train.ttt_steps == 7
+    if "dflash" in name:            # its base's settings, its own DFlash ones (z-lab's drafter for Qwen3-8B)
+        base = pipeline_config(ROOT/"configs/qwen3-8b-sglang.toml")
+        assert (c.data, c.generate, c.train.lr, c.train.epochs) == (base.data, base.generate, base.train.lr,
+                                                                     base.train.epochs)
+        assert (c.train.drafter, c.train.block_size, c.train.dflash_layers, c.capture.aux_layers) == \
+            ("dflash", 16, 5, [2, 10, 18, 26, 34]) and c.run != base.run
 
 def test_bad_config_names_the_key_and_file(tmp_path):
     p = tmp_path/"bad.toml"

@@ -7,7 +7,7 @@ import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
 from conftest import BIN, pause_env, wait_paused
-from real_shapes import NAMES, TARGETS, write_capture, write_target
+from real_shapes import NAMES, TARGETS, plan_need, plan_output, rss_run, write_capture, write_target
 from eagle3nb.resume import compare_resumed, load_checkpoint, sample_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_shapes]
@@ -29,16 +29,6 @@ def real(request, tmp_path_factory):
     yield {"config": request.param, "name": Path(request.param).stem, "target": target, "run": d/"run",
            "cfg": cfg, "aux": aux, "train": pipeline_config(request.param).train, "dir": d}
     shutil.rmtree(d, ignore_errors=True)      # gigabytes: gone before the next config's
-
-
-def _rss_run(args, env=None) -> tuple:
-    "Run a command; `(returncode, peak RSS in bytes, stderr tail)` (the peak from wait4's rusage of that child)."
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, **(env or {})})
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, ru.ru_maxrss * 1024, err[-3000:]
 
 
 READ = r"""
@@ -88,17 +78,13 @@ def _rows(run):
 
 def _plan_lines(real, optim_state:str, batch:int, *extra) -> str:
     "`eagle3nb run CONFIG --plan` for the built target at the length run here."
-    r = subprocess.run([str(BIN/"eagle3nb"), "run", real["config"], "--plan", *extra, "--set",
-                        f"target={real['target']}", f"run={real['dir']/'plan'}", f"train.batch_tokens={batch}",
-                        "train.bf16=always", "train.source=offline", f"train.optim_state={optim_state}"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout
+    return plan_output(real["config"], f"target={real['target']}", f"run={real['dir']/'plan'}",
+                       f"train.batch_tokens={batch}", "train.bf16=always", "train.source=offline",
+                       f"train.optim_state={optim_state}", extra=extra)
 
 
 def _plan_need(real, optim_state:str, batch:int) -> float:
-    import re
-    return float(re.search(r"this machine \(cpu\): needs ([\d.]+) GiB", _plan_lines(real, optim_state, batch))[1]) * GiB
+    return plan_need(_plan_lines(real, optim_state, batch))
 
 
 def test_trains_resumes_and_fits_the_plan(real, capsys):
@@ -138,7 +124,7 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     ref, cut = real["dir"]/"ref", real["dir"]/"cut"
     for d in (ref, cut): shutil.copytree(real["run"], d)
     once = [x if flags[i - 1] != "--ckpt_every" else "2" for i, x in enumerate(flags)]   # one checkpoint, the last
-    rc, peak, err = _rss_run(args + [str(ref), *once])
+    rc, peak, err = rss_run(args + [str(ref), *once])
     assert rc == 0, err
     want, rows_ref = sample_checkpoint(ref/"train/checkpoints/step-000002.pt"), _rows(ref)
     shutil.rmtree(ref)                                         # its gigabytes, before the second run writes its own
@@ -150,7 +136,7 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     p.wait()
     assert (ck/"step-000001.pt").exists() and not (cut/"train/manifest.json").exists(), "not killed after step 1"
     assert not (ck/"step-000002.pt").exists()
-    rc, _, err = _rss_run(args + [str(cut), *flags])
+    rc, _, err = rss_run(args + [str(cut), *flags])
     assert rc == 0, err
     got = sample_checkpoint(ck/"step-000002.pt")
     a, b = [r for r in rows_ref if r["split"] == "train"], [r for r in _rows(cut) if r["split"] == "train"]

@@ -101,3 +101,48 @@ def test_replay_of_a_trained_drafter_equals_the_loop(captured, tmp_path):
             keys = ("drafts", "draft_tokens", "accepted", "accepted_per_pos", "target_forwards", "output_tokens")
             assert [getattr(rep, n) for n in keys] == [getattr(loop, n) for n in keys], (k, rep, loop)
         if stop: assert min(len(r["output"]) for r in runs) < 30       # the fake EOS did cut an answer
+
+# the resume check on a 2-layer drafter, AdamW's moments in bf16 (the real-shape test's optimizer): ref trains 2 steps
+# keeping both checkpoints; each resume starts from ref's step-1 checkpoint, a defect planted in it or not, and its
+# step 2 is compared with ref's by `compare_resumed` (what test_real_shapes_dflash compares with)
+RESUME = dict(block_size=4, anchors=16, max_steps=2, lr=1e-2, warmup_steps=1, batch_tokens=128, heldout=0.2,
+              log_every=1, ckpt_every=1, keep_checkpoints=0, dflash_layers=2, optim_state="bfloat16")
+
+def _resume_from(captured, ref, where, plant=None):
+    "Step 2's sample of a run resumed from `ref`'s step-1 checkpoint, `plant(state)` done to it first."
+    import torch
+    from eagle3nb.resume import load_checkpoint, sample_checkpoint
+    cut = _copy(captured, where)
+    ck = Run(cut).dflash_checkpoints
+    ck.mkdir(parents=True)
+    state = load_checkpoint(Run(ref).dflash_checkpoints/"step-000001.pt")
+    torch.save(plant(state) if plant else state, ck/"step-000001.pt")
+    train_dflash(cut, progress=False, **RESUME)
+    return sample_checkpoint(ck/"step-000002.pt")
+
+def test_the_resume_check_sees_lost_moments_and_a_missing_tensor(captured, tmp_path):
+    import torch
+    from eagle3nb.resume import compare_resumed, sample_checkpoint
+    ref = _copy(captured, tmp_path/"ref")
+    train_dflash(ref, progress=False, **RESUME)
+    want, lr = sample_checkpoint(Run(ref).dflash_checkpoints/"step-000002.pt"), _rows(ref)[1]["lr"]
+    figs = compare_resumed(want, _resume_from(captured, ref, tmp_path/"clean"), lr)   # a clean resume passes
+    assert "layers.1.mlp.down_proj.weight" in figs and figs["fc.weight"]["max_diff"] == 0
+    q = "layers.1.self_attn.q_proj.weight"
+    def zeroed(state):                   # one tensor's moments lost, its step count kept: a strict loader cannot tell
+        st = state["optimizer"]["state"][state["param_names"].index(q)]
+        for m in ("exp_avg", "exp_avg_sq"): st[m] = torch.zeros_like(st[m])
+        return state
+    with pytest.raises(AssertionError, match=rf"{q}: .*exp_avg off by") as e:
+        compare_resumed(want, _resume_from(captured, ref, tmp_path/"zeroed", zeroed), lr)
+    assert "layers.0" not in str(e.value)                                      # only that tensor is named
+    def dropped(state):
+        del state["model"]["layers.1.mlp.up_proj.weight"]
+        return state
+    with pytest.raises(InputError, match=r"its tensors are not this drafter's \(missing \['layers.1.mlp.up_proj"):
+        _resume_from(captured, ref, tmp_path/"dropped", dropped)
+    def no_moments(state):
+        del state["optimizer"]["state"][state["param_names"].index("fc.weight")]
+        return state
+    with pytest.raises(InputError, match=r"AdamW's state is incomplete \(no step and moments .* for fc.weight\)"):
+        _resume_from(captured, ref, tmp_path/"no_moments", no_moments)
