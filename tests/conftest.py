@@ -29,22 +29,61 @@ def kimi(kimi_dir):
     assert isinstance(tok, KimiTokenizer)
     return tok
 
+def _tiny_main_job_dir(tmp_path_factory) -> Path:
+    "`pytest-N/tiny-main-job`: this session's, shared by its xdist workers (each has a folder of its own below it)."
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)/"tiny-main-job"
+
+_BACKGROUND = []   # the tiny main job started by this process, if it started it
+
+@pytest.fixture(scope="session", autouse=True)
+def tiny_main_job_started(request, tmp_path_factory):
+    ("Where a collected test reads the tiny main job, it starts in the background as the session starts (one worker "
+     "starts it), so that no worker stands idle waiting for it later; the job holds the lock that `tiny_main_job` "
+     "waits on until it ends. This process waits for the one it started before it ends.")
+    import fcntl
+    if any("tiny_main_job" in it.fixturenames for it in request.session.items):
+        d = _tiny_main_job_dir(tmp_path_factory)
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d.parent/"tiny-main-job.lock", "w") as lock:
+            try: fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError: lock = None            # the other worker started it, and it runs
+            if lock is not None and not (d/"started").exists():
+                (d/"started").touch()
+                sh = '"$0" run --size tiny --run "$1" >"$2/stdout" 2>"$2/stderr"; echo $? >"$2/rc"'
+                _BACKGROUND.append(subprocess.Popen(["sh", "-c", sh, str(BIN/"eagle3nb"), str(d/"run"), str(d)],
+                                                    pass_fds=(lock.fileno(),), stdin=subprocess.DEVNULL))
+    yield
+    for p in _BACKGROUND: p.wait()
+
 @pytest.fixture(scope="session")
 def tiny_main_job(tmp_path_factory):
     ("The main job at the tiny size (`eagle3nb run --size tiny`, a process of its own as a user runs it), once per "
      "session: tests that only read its outputs, or start from a copy of it (`copy_run`), share it instead of running "
-     "it again. Under xdist the workers share one run through a lock in the session's base folder.")
+     "it again. Under xdist the workers share one run through a lock in the session's base folder; it was started in "
+     "the background at the session's start (`tiny_main_job_started`), or it runs here.")
     import fcntl
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # pytest-N/ is this session's, shared
-    d = root/"tiny-main-job"/"run"
-    with open(root/"tiny-main-job.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)                 # the other worker waits for the run, then reads it
-        if not (d.parent/"done").exists():
-            r = run([str(BIN/"eagle3nb"), "run", "--size", "tiny", "--run", str(d)])
-            assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-            (d.parent/"done").touch()
-    return d
+    d = _tiny_main_job_dir(tmp_path_factory)
+    with open(d.parent/"tiny-main-job.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)                 # the background run, or the other worker's, ends first
+        if not (d/"done").exists():
+            if (d/"rc").exists():                        # started in the background: its exit status and output
+                out, err = ((d/f).read_text() for f in ("stdout", "stderr"))
+                assert (d/"rc").read_text().strip() == "0", out[-3000:] + err[-3000:]
+            else:
+                r = run([str(BIN/"eagle3nb"), "run", "--size", "tiny", "--run", str(d/"run")])
+                assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+            (d/"done").touch()
+    return d/"run"
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_drafters(tmp_path_factory):
+    ("The quick drafters (tests/quick_drafter.py) of one set of arguments are fitted once a session, in a folder the "
+     "xdist workers share, and read by every test that asks for them again.")
+    import quick_drafter
+    quick_drafter.MEMO = _tiny_main_job_dir(tmp_path_factory).parent/"quick-drafters"   # pytest-N/, shared
+    yield quick_drafter.MEMO
+    quick_drafter.MEMO = None
 
 STAGE_OUTPUTS = {"train": ["train", "sweep"], "evaluate": ["evaluate"],
                  "export": ["export", "report.md", "report.html"]}

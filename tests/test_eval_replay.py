@@ -24,30 +24,31 @@ def test_replay_equals_the_loop(fitted):
     model, eos = eng.model, eos_ids(eng.target.path, eng.target.tokenizer)
     base = [spec_decode(model, p, 40, eos, method=None)[0] for p in prompts]
     fake_eos = [base[0][17]]        # a token the first output emits mid-way: truncation at "EOS" inside accepted drafts
-    for stop in (eos, fake_eos):
-        outs = [spec_decode(model, p, 40, stop, method=None)[0] for p in prompts]
-        assert min(map(len, outs)) < 40 if stop is fake_eos else True
-        seqs = [p + o + greedy_tail(model, p + o, 7) for p, o in zip(prompts, outs)]
-        drafts = [chain_drafts(model, d, s, 5) for s in seqs]
-        for k in (2, 5):
-            loop, rep = SpecStats(k=k), SpecStats(k=k)
-            for p, o, s in zip(prompts, outs, seqs):
-                got, st = spec_decode(model, p, 40, stop, k=k, method="ngram")
-                assert got == o
-                loop.add(st)
-                rep.add(replay_ngram(s, len(p), len(o), k))
-            assert counters(rep) == counters(loop), (k, counters(rep), counters(loop))
-            assert 0 < loop.accepted < loop.draft_tokens
-        for k in (1, 3, 5):           # K=5 runs past the 3 fitted steps
-            loop, rep = SpecStats(k=k), SpecStats(k=k)
-            for p, o, s, dr in zip(prompts, outs, seqs, drafts):
-                got, st = spec_decode(model, p, 40, stop, d, k=k, method="eagle3")
-                assert got == o
-                loop.add(st)
-                rep.add(replay_eagle3(dr, s, len(p), len(o), k))
-            assert 0 < loop.accepted < loop.draft_tokens
-            assert abs(rep.tau - loop.tau) < 1e-3 and abs(rep.tokens_per_forward - loop.tokens_per_forward) < 1e-3, k
-            assert counters(rep) == counters(loop), (k, counters(rep), counters(loop))
+    # (tiny-llama never emits its EOS in 40 tokens: a pass with it would only repeat the max-token rows of this one)
+    stop = fake_eos
+    outs = [spec_decode(model, p, 40, stop, method=None)[0] for p in prompts]
+    assert min(map(len, outs)) < 40 and max(map(len, outs)) == 40   # both truncations: at "EOS" and max tokens
+    seqs = [p + o + greedy_tail(model, p + o, 7) for p, o in zip(prompts, outs)]
+    drafts = [chain_drafts(model, d, s, 5) for s in seqs]
+    for k in (2, 5):
+        loop, rep = SpecStats(k=k), SpecStats(k=k)
+        for p, o, s in zip(prompts, outs, seqs):
+            got, st = spec_decode(model, p, 40, stop, k=k, method="ngram")
+            assert got == o
+            loop.add(st)
+            rep.add(replay_ngram(s, len(p), len(o), k))
+        assert counters(rep) == counters(loop), (k, counters(rep), counters(loop))
+        assert 0 < loop.accepted < loop.draft_tokens
+    for k in (1, 3, 5):           # K=5 runs past the 3 fitted steps
+        loop, rep = SpecStats(k=k), SpecStats(k=k)
+        for p, o, s, dr in zip(prompts, outs, seqs, drafts):
+            got, st = spec_decode(model, p, 40, stop, d, k=k, method="eagle3")
+            assert got == o
+            loop.add(st)
+            rep.add(replay_eagle3(dr, s, len(p), len(o), k))
+        assert 0 < loop.accepted < loop.draft_tokens
+        assert abs(rep.tau - loop.tau) < 1e-3 and abs(rep.tokens_per_forward - loop.tokens_per_forward) < 1e-3, k
+        assert counters(rep) == counters(loop), (k, counters(rep), counters(loop))
 
 def test_replay_needs_the_tail(fitted):
     ("Without the greedy tokens past the end, drafts verified past EOS / max tokens go uncounted: the tail is "

@@ -10,13 +10,15 @@ from eagle3nb.decode import SpecStats, run_prompts, spec_decode
 
 @pytest.mark.parametrize("target", ["tiny-llama", "tiny-qwen3"])
 def test_greedy_is_lossless(target):
+    ("Every K on tiny-llama; on tiny-qwen3 (its architecture's forward) K=5 alone, the longest chain, past the fitted "
+     "steps.")
     d, eng, prompts, outs = fit_drafter(target, steps=50)
     tok = eng.target.tokenizer
     eos = eos_ids(eng.target.path, tok)
     new = [tok.encode(s) for s in ["Another new prompt here", "Why is the sky blue", "Count: 1 1 2 3 5 8"]]
     want = [g.output_ids for g in eng.generate_batch(new, Sampling(max_new_tokens=48))]
     cases = list(zip(prompts[:4] + new, outs[:4] + want))
-    for k in (1, 3, 5):   # K=5 runs past the 3 fitted TTT steps: partial acceptance
+    for k in (1, 3, 5) if target == "tiny-llama" else (5,):   # K=5 runs past the 3 fitted TTT steps: partial acceptance
         got, st = run_prompts(eng.model, [(str(i), p) for i, (p, _) in enumerate(cases)], 48, eos,
                               drafter=d, k=k, method="eagle3")
         assert got == [w for _, w in cases], k

@@ -173,6 +173,36 @@ def test_numbers_cannot_flatter_stale_stages_moved_windows_or_shared_conversatio
     r = run([str(BIN/"eagle3nb"), "evaluate", "--run", d, "--prompts_file", str(tmp_path/"conv.jsonl"), "--ks", "1"])
     assert r.returncode == 2 and f"(conversation {gen[0]['conversation']!r})" in r.stderr, r.stderr[-2000:]
 
+def test_the_tiny_main_job_runs_every_stage_and_a_rerun_plans_to_skip_them(tiny_main_job):
+    ("`eagle3nb run --size tiny` end to end (what nbs/12b_pipeline's slow cells check on a run of their own): every "
+     "stage, tiny's context records, the sealed set and the vocab sweep; run again, the plan skips every stage, and a "
+     "training change reruns training and after.")
+    from eagle3nb.core import STAGES, JsonlReader, read_json
+    from eagle3nb.pipeline import plan, pipeline_config, stage_keys
+    d = Path(tiny_main_job)
+    led = _ledger(d)
+    assert list(led) == STAGES
+    assert read_json(d/"generate"/"manifest.json")["counts"]["success"] == 4
+    assert (d/"report.html").exists() and (d/"export"/"speculators"/"config.json").exists()
+    # tiny's 4 context records: prompts with the dataset's replies, none of them generated for or held out
+    ctx = [o for _, o in JsonlReader(d/"capture_records.jsonl") if o["id"].startswith("context-")]
+    held = {tuple(o["prompt_ids"]) for _, o in JsonlReader(d/"evaluate_prompts.jsonl")}
+    assert len(ctx) == 4
+    rep = read_json(d/"evaluate"/"report.json")
+    sealed = rep["sealed"]                                # measured last, from the far end of ShareGPT
+    assert (sealed["n_prompts"], sorted(sealed["best"])) == (1, ["eagle3", "ngram"])
+    assert [s["draft_vocab_size"] for s in rep["vocab_sweep"]] == [512, 1024]   # tiny's N=512 beside the main N=1024
+    for r in ctx:   # the loss mask covers the reply (at most [generate] max_new_tokens of it) and nothing before it
+        n = r["n_prompt"]
+        assert r["loss_mask"][:n] == [0] * n
+        assert 0 < sum(r["loss_mask"]) <= 24 and tuple(r["input_ids"][:n]) not in held
+    def state(c):   # each stage's [runs] or [skipped (done)] from the plan's lines
+        return {ln.split()[0]: ln.split("[")[1].split("]")[0] for ln in plan(c)[1:] if ln[2] != " " and "[" in ln}
+    assert set(state(pipeline_config(size="tiny", run=str(d))).values()) == {"skipped (done)"}
+    again = state(pipeline_config(size="tiny", run=str(d), train={"lr": 3e-3}))
+    assert [s for s, v in again.items() if v == "runs"] == ["train", "evaluate", "export"]
+    assert stage_keys(pipeline_config(size="tiny", train={"lr": 3e-3}))["train"] != led["train"]["key"]
+
 def test_tuning_prompts_share_no_conversation_with_what_is_measured_or_trained_on(tiny_main_job):
     "The main job's tuning set (for bench/recipes.py): its own conversations, apart from held-out, sealed and training."
     from eagle3nb.heldout import check_heldout, trained_on

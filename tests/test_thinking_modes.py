@@ -15,7 +15,7 @@ QUESTIONS = ["What is two plus two?", "Name a colour of the sky.", "Count from o
              "How many legs has a spider?", "What comes after Monday?", "Name a fruit.", "What is water made of?"]
 
 def test_mixed_modes_on_the_qwen3_template():
-    d, eng, _, _ = fit_drafter("tiny-qwen3", steps=20)
+    d, eng, _, _ = fit_drafter("tiny-qwen3", steps=50)   # the session's tiny-qwen3 fit (test_evaluate's)
     tok = eng.target.tokenizer
     recs = []
     for i, q in enumerate(QUESTIONS):
