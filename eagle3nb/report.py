@@ -479,12 +479,17 @@ def _screen_blocks(run:Path, rep:dict) -> list:
     return [("p", "Prompt screens (a near duplicate shares more than half of the shorter prompt's content 8-grams): "
                   + "; ".join(said) + ".")]
 
+def _drafter_of(run) -> str:
+    "The drafter family the run's settings train (`[train] drafter`; eagle3 where the file does not say)."
+    s = Run(run).settings
+    return ((read_json(s) if s.exists() else {}).get("train") or {}).get("drafter") or "eagle3"
+
 def report_blocks(run) -> list:
     "The report of a run as blocks, from its manifests, its evaluation report and its plots."
     run = Run(run)
     led = read_json(run.ledger) if run.ledger.exists() else {}
     cfg = read_json(run.settings) if run.settings.exists() else {}
-    dflash = (cfg.get("train") or {}).get("drafter") == "dflash"   # then evaluate/report.json is not this run's
+    dflash = _drafter_of(run) == "dflash"           # then evaluate/report.json is not this run's
     rep = read_json(run.eval_report) if run.eval_report.exists() and not dflash else None
     try: target = run.target
     except InputError: target = "?"                # a run directory with no stage done yet
@@ -509,6 +514,10 @@ def write_report(run) -> tuple:
     return run.report_md, run.report_html
 
 def report_headline(run) -> str:
-    "The console's last line: the headline numbers of a run."
-    p = Run(run).eval_report
-    return evaluate_summary(read_json(p)) if p.exists() else "no evaluation yet"
+    "The console's last line: the headline numbers of a run (of its DFlash evaluation under `drafter = \"dflash\"`)."
+    r = Run(run)
+    if _drafter_of(r) == "dflash":
+        d = read_json(r.dflash_report) if r.dflash_report.exists() else {}
+        return "DFlash: " + "; ".join(d[p]["words"] for p in ("power_eagle3", "power") if d.get(p)) if d else \
+            "no DFlash evaluation yet"
+    return evaluate_summary(read_json(r.eval_report)) if r.eval_report.exists() else "no evaluation yet"
