@@ -80,8 +80,7 @@ def dflash_loss(drafter:DFlash, input_ids, aux, # `[B, T]`, the drafter's states
     w = torch.exp(-torch.arange(c.block_size - 1, device=h.device) / gamma).expand_as(valid)[valid]
     rows, y, W = h[valid], labels[valid], drafter.lm_head.weight
     step = chunk or max(1, len(y))
-    ck = torch.is_grad_enabled() and step < len(y)        # one chunk of all rows: nothing to gain from recomputing it
-    parts = [(checkpoint(_ce_rows, W, rows[i:i + step], y[i:i + step], use_reentrant=False) if ck
+    parts = [(checkpoint(_ce_rows, W, rows[i:i + step], y[i:i + step], use_reentrant=False) if torch.is_grad_enabled()
               else _ce_rows(W, rows[i:i + step], y[i:i + step])) for i in range(0, len(y), step)]
     ce = torch.cat([p[0] for p in parts]) if parts else h.sum() * 0
     right = torch.zeros_like(valid)
