@@ -4,6 +4,7 @@ import json, os, signal, subprocess, sys
 from pathlib import Path
 import pytest, torch
 from conftest import BIN, pause_env, run, wait_paused
+from planted import without_moments, without_tensor
 from eagle3nb.core import InputError, JsonlWriter, read_jsonl, read_manifest
 from eagle3nb.capture import capture
 from eagle3nb.models import load_target
@@ -321,16 +322,10 @@ def test_the_resume_check_sees_each_tensor(captured, tmp_path):
     nan["tensors"]["fc.weight"]["weight"][3] = float("nan")
     with pytest.raises(AssertionError, match=r"fc\.weight: 1 non-finite"): compare_resumed(want, nan, lr)
     # the training code loads strictly: a tensor missing from the checkpoint, or one tensor's moments, is refused
-    def drop_tensor(state):
-        del state["model"]["fc.weight"]
-        return state
     with pytest.raises(InputError, match=r"000001.pt: its tensors are not this drafter's \(missing \['fc.weight'\]"):
-        _resume_from(captured, ref, tmp_path/"gone", drop_tensor)
-    def drop_moments(state):
-        del state["optimizer"]["state"][state["param_names"].index("fc.weight")]
-        return state
+        _resume_from(captured, ref, tmp_path/"gone", without_tensor("fc.weight"))
     with pytest.raises(InputError, match=r"AdamW's state is incomplete \(no step and moments .* for fc.weight\)"):
-        _resume_from(captured, ref, tmp_path/"nomoments", drop_moments)
+        _resume_from(captured, ref, tmp_path/"nomoments", without_moments("fc.weight"))
 
 class _Payload:
     "What a hostile checkpoint could hold: unpickling it runs `os.mkdir`."

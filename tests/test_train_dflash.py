@@ -6,6 +6,7 @@ import signal, subprocess, sys
 from pathlib import Path
 import pytest
 from conftest import pause_env, run, wait_paused
+from planted import without_moments, without_tensor
 from eagle3nb.core import InputError, JsonlWriter, Run, read_jsonl, read_manifest
 from eagle3nb.capture import capture
 from eagle3nb.decode import SpecStats
@@ -136,13 +137,7 @@ def test_the_resume_check_sees_lost_moments_and_a_missing_tensor(captured, tmp_p
     with pytest.raises(AssertionError, match=rf"{q}: .*exp_avg off by") as e:
         compare_resumed(want, _resume_from(captured, ref, tmp_path/"zeroed", zeroed), lr)
     assert "layers.0" not in str(e.value)                                      # only that tensor is named
-    def dropped(state):
-        del state["model"]["layers.1.mlp.up_proj.weight"]
-        return state
     with pytest.raises(InputError, match=r"its tensors are not this drafter's \(missing \['layers.1.mlp.up_proj"):
-        _resume_from(captured, ref, tmp_path/"dropped", dropped)
-    def no_moments(state):
-        del state["optimizer"]["state"][state["param_names"].index("fc.weight")]
-        return state
+        _resume_from(captured, ref, tmp_path/"dropped", without_tensor("layers.1.mlp.up_proj.weight"))
     with pytest.raises(InputError, match=r"AdamW's state is incomplete \(no step and moments .* for fc.weight\)"):
-        _resume_from(captured, ref, tmp_path/"no_moments", no_moments)
+        _resume_from(captured, ref, tmp_path/"no_moments", without_moments("fc.weight"))
