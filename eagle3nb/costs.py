@@ -77,11 +77,14 @@ def expected_speedup(row:dict, # a `by_k` row (its K, target forwards, output to
                      costs:dict, # `measure_costs`: verify forwards by width, the drafter's passes
                      method:str) -> float|None:
     ("The row's predicted wall-clock speed-up over the target alone from its counters and the measured costs: each "
-     "cycle a verify forward of K+1 tokens plus drafting (the drafter's passes; n-gram's lookup counted free), "
+     "cycle a verify forward of K+1 tokens plus drafting (EAGLE-3's passes, DFlash's block forward at its K "
+     "(`dflash_draft_s`), n-gram's lookup counted free), "
      "against one forward per token (the prefill, common to both, left out).")
     v, k, cycles = {int(n): s for n, s in costs["verify_s"].items()}, row["k"], row["target_forwards"] - 1
     if k + 1 not in v or cycles < 1 or row["output_tokens"] < 2: return None
-    draft = costs.get("draft_first_s", 0) + (k - 1) * costs.get("draft_step_s", 0) if method == "eagle3" else 0
+    draft = (costs.get("draft_first_s", 0) + (k - 1) * costs.get("draft_step_s", 0) if method == "eagle3" else
+             {int(n): s for n, s in costs.get("dflash_draft_s", {}).items()}.get(k) if method == "dflash" else 0)
+    if draft is None: return None   # a DFlash block whose drafting was not timed
     return round((row["output_tokens"] - 1) * v[1] / (cycles * (v[k + 1] + draft)), 3)
 
 # %% ../nbs/10b_costs.ipynb #a32391a3

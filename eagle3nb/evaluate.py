@@ -21,8 +21,8 @@ from .kinds import acceptance_by_kind, acceptance_by_mode
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
 
 # %% auto #0
-__all__ = ['tau_sim_by_k', 'plot_report', 'vocab_sweep', 'EvaluateConfig', 'prompt_seed', 'eval_sampling', 'EvalSetup',
-           'eval_setup', 'open_models', 'draw_and_screen', 'answer_runs', 'heldout_power', 'sealed_power',
+__all__ = ['tau_sim_by_k', 'plot_report', 'vocab_sweep', 'EvaluateConfig', 'prompt_seed', 'eval_sampling', 'seeds_note',
+           'EvalSetup', 'eval_setup', 'open_models', 'draw_and_screen', 'answer_runs', 'heldout_power', 'sealed_power',
            'measure_sets', 'loop_beside_replay', 'loop_step', 'loop_at_temperature', 'costs_step', 'build_report',
            'write_evaluation', 'power_lines', 'sampled_lines', 'print_loop', 'print_by_k', 'print_report', 'evaluate']
 
@@ -200,6 +200,10 @@ def eval_sampling(tgt, cfg:EvaluateConfig) -> dict|None:
                                                                              if s else "")}
     return s if s and s["temperature"] > 0 else None
 
+def seeds_note(cfg:EvaluateConfig) -> dict:
+    "How the sampled answers were seeded, as a report states it: one answer a prompt, each with its own seed."
+    return {"sampled_seed": cfg.sampled_seed, "answers_per_prompt": 1, "rule": "prompt_seed(sampled_seed, prompt id)"}
+
 # %% ../nbs/10c_evaluate.ipynb #e7f83564
 @dataclass
 class EvalSetup:
@@ -257,6 +261,8 @@ def draw_and_screen(es:EvalSetup, prompts, # held-out prompts: a JSONL of prompt
 # %% ../nbs/10c_evaluate.ipynb #e0f7116b
 def answer_runs(es:EvalSetup, recs:list, # the prompts of both sets, one batched run
                 sampling:dict|None=None, # `eval_sampling`: each answer drawn from it; None: greedy
+                tail:int|None=None, # tokens past each end (default: the most any K measured needs)
+                aux_layers:list|None=None, # the HF layers whose states to keep (default: the drafter's)
                ) -> tuple:
     ("`(runs, seeds, info)`: every prompt's answer — greedy, or drawn from the served sampling with the prompt's own "
      "seed — with the tail past its end drawn alike (EOS ignored) and the aux states the drafter reads.")
@@ -266,7 +272,8 @@ def answer_runs(es:EvalSetup, recs:list, # the prompts of both sets, one batched
                   top_k=sampling["top_k"]) if sampling else None
     t0 = time.perf_counter()
     runs = greedy_runs(es.model, [r["prompt_ids"] for r in recs], c.max_new_tokens, es.eos,
-                       max(es.eagle_ks + es.ngram_ks), es.d.config.aux_layers_hf if es.eagle_ks else None,
+                       max(es.eagle_ks + es.ngram_ks) if tail is None else tail,
+                       (es.d.config.aux_layers_hf if es.eagle_ks else None) if aux_layers is None else aux_layers,
                        c.batch_size, es.engine, sp, seeds)
     secs, toks = time.perf_counter() - t0, sum(len(r["output"]) for r in runs)
     what = f"sampled at T={sampling['temperature']}" if sampling else "greedy"
@@ -302,8 +309,9 @@ def heldout_power(es:EvalSetup, recs:list, runs:list, texts:dict, sampling:dict|
      "method's K chosen here, the pooled figures with their intervals and the verdict.")
     from eagle3nb.power import choose_k, power_block, top_wins
     c, settings = es.cfg, [tuple(s) for s in es.cfg.ngram_settings]
+    drafts = {}   # the chain drafts, again for acceptance by kind (`measure_sets`)
     held = measure_replay(es.model, es.d, [(r["id"], r["prompt_ids"]) for r in recs], c.max_new_tokens, es.eos,
-                          es.eagle_ks, es.ngram_ks, c.batch_size, runs, settings, True)
+                          es.eagle_ks, es.ngram_ks, c.batch_size, runs, settings, True, keep_drafts=drafts)
     names = {ngram_name(s): s for s in settings} if es.ngram_ks else {}
     table = [{"prompt_lookup_min": s[0], "prompt_lookup_max": s[1], "k": held["best"][n]["k"],
               "tokens_per_forward": held["best"][n]["tokens_per_forward"]} for n, s in names.items()]
@@ -318,7 +326,8 @@ def heldout_power(es:EvalSetup, recs:list, runs:list, texts:dict, sampling:dict|
            "outputs": [r["output"] for r in held["runs"]], "ngram_settings": table, "ngram_chosen": names.get(chosen),
            "ngram_peak": _peak(ks, "ngram", es.ngram_ks) if chosen else None,
            "eagle3_peak": _peak(ks, "eagle3", es.eagle_ks), "methods": methods, "ks": ks, "shown": shown,
-           "choices": configurations_chosen_among(settings if es.ngram_ks else [], es.ngram_ks, es.eagle_ks)}
+           "choices": configurations_chosen_among(settings if es.ngram_ks else [], es.ngram_ks, es.eagle_ks),
+           "drafts": drafts}
     if len(ks) == 2:
         out["power"] = power_block(lines, ks, c.max_new_tokens, c.resamples, c.seed)
         out["top_wins"] = top_wins(lines, ks)
@@ -352,7 +361,7 @@ def measure_sets(es:EvalSetup, recs:list, srecs:list|None, sampling:dict|None=No
     runs, seeds, info = answer_runs(es, both, sampling)
     texts = prompt_texts(both, es.tgt.tokenizer)
     out = {**heldout_power(es, recs, runs[:n], texts, sampling, seeds and seeds[:n]), "engine": info}
-    out["by_kind"] = acceptance_by_kind(es, recs, runs[:n], out["ks"], out["ngram_chosen"])
+    out["by_kind"] = acceptance_by_kind(es, recs, runs[:n], out["ks"], out["ngram_chosen"], out.pop("drafts"))
     if srecs: out["sealed"] = sealed_power(es, srecs, runs[n:], out, texts, sampling, seeds and seeds[n:])
     return out
 
@@ -447,8 +456,7 @@ def build_report(run, es:EvalSetup, prompts, sealed, recs:list, p:dict # the ste
                       loop_check=p["loop"])
         if "sealed" in t0m: report["sealed"] = {"prompts": str(sealed), **_drop(t0m["sealed"], "per_prompt")}
     if sm:
-        report["sampled"] = {**p["sampling"], "seeds": {"sampled_seed": c.sampled_seed, "answers_per_prompt": 1,
-                             "rule": "prompt_seed(sampled_seed, prompt id), on each per-prompt line"},
+        report["sampled"] = {**p["sampling"], "seeds": seeds_note(c),
                              **{k: sm[k] for k in _SAMPLED_KEYS if sm.get(k) is not None}}
         if "sealed" in sm: report["sampled"]["sealed"] = _drop(sm["sealed"], "per_prompt", "outputs")
     return report

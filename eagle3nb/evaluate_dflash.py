@@ -4,19 +4,24 @@
 
 # %% ../nbs/10e_evaluate_dflash.ipynb #d6ee07d1
 from __future__ import annotations
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+import torch
 from .core import Run, InputError, trained_k, write_json, write_jsonl_atomic
-from .dflash import load_dflash, select_aux
+from .costs import expected_speedup, measure_costs, resolve_device
+from .dflash import DFlash, load_dflash, select_aux
 from .drafter import load_drafter
 from .models import eos_ids, load_target
 from .heldout import prompt_records
 from .power import choose_k, power_block, top_wins
-from .replay import greedy_runs, ngram_name, per_prompt_records, prompt_texts, replay_prompts, sum_rows
+from .replay import greedy_runs, ngram_name, prompt_texts, replay_prompts, sum_rows
 from .replay_dflash import merge_per_prompt, replay_prompts_dflash
-from .evaluate import EvaluateConfig
+from .evaluate import EvaluateConfig, _drop, _lines, answer_runs, eval_sampling, seeds_note
 
 # %% auto #0
-__all__ = ['measure_dflash_set', 'set_block', 'evaluate_dflash']
+__all__ = ['measure_dflash_set', 'set_block', 'DFlashSetup', 'dflash_setup', 'dflash_sets', 'dflash_draft_costs', 'dflash_costs',
+           'evaluate_dflash', 'dflash_summary']
 
 # %% ../nbs/10e_evaluate_dflash.ipynb #e6935237
 def _at(rows:list, k:int) -> dict|None: return next((r for r in rows if r["k"] == k), None)
@@ -26,17 +31,20 @@ def measure_dflash_set(model, d, recs:list, runs:list, ks:list, ngram_ks:list, s
                        eagle_ks:list=(), # its Ks
                        have:list|None=None, # the HF indices the runs' `aux` hold (default: DFlash's)
                       ) -> list:
-    "Per prompt of `recs` (its greedy `runs`): DFlash at every K, EAGLE-3 if given, n-gram under every setting."
+    "Per prompt of `recs` (its answer in `runs`): DFlash at every K, EAGLE-3 if given, n-gram under every setting."
     pairs, have = [(r["id"], r["prompt_ids"]) for r in recs], list(have or d.config.aux_layers_hf)
     sel = [{**r, "aux": select_aux(r["aux"], have, eagle.config.aux_layers_hf)} for r in runs] if eagle else runs
     ng = ([replay_prompts(model, eagle, pairs, sel, list(eagle_ks) if eagle else [], ngram_ks, settings)]
           if ngram_ks or eagle else [])
     return merge_per_prompt(*ng, replay_prompts_dflash(model, d, pairs, runs, ks, have))
 
-def set_block(per:list, recs:list, which:str, methods:dict, texts:dict, ks:dict|None, cfg:EvaluateConfig) -> dict:
+def set_block(per:list, recs:list, which:str, methods:dict, texts:dict, ks:dict|None, cfg:EvaluateConfig,
+              sampling:dict|None=None, seeds:list|None=None, # the served sampling the answers were drawn at, seeds
+             ) -> dict:
     ("One set's figures: rows at every K, the best of each method (at `ks`, or chosen here when None), per-prompt "
-     "records and DFlash's paired bootstrap and verdict against n-gram (`power`) and EAGLE-3 (`power_eagle3`).")
-    lines = per_prompt_records(per, recs, which, methods, texts)
+     "records (with their temperature and seed) and DFlash's paired bootstrap and verdict against n-gram (`power`) "
+     "and EAGLE-3 (`power_eagle3`).")
+    lines = _lines(per, recs, which, methods, texts, sampling, seeds)
     by_k = {m: [dict(r, method=m) for r in sum_rows(per, n)] for m, n in methods.items()}
     ks = ks or {m: choose_k(lines, m) for m in methods}
     out = {"n_prompts": len(recs), "by_k": by_k, "best": {m: _at(by_k[m], k) for m, k in ks.items()}, "ks": ks,
@@ -49,44 +57,154 @@ def set_block(per:list, recs:list, which:str, methods:dict, texts:dict, ks:dict|
                                           b="eagle3")
     return out
 
+# %% ../nbs/10e_evaluate_dflash.ipynb #d7ef1102
+@dataclass
+class DFlashSetup:
+    "What both samplings share: the settings, the drafters and the target (weights once), the engine, the Ks measured."
+    cfg: EvaluateConfig
+    d: DFlash
+    e: object  # the EAGLE-3 drafter replayed beside DFlash (None: none)
+    tgt: object  # the target (`load_target`)
+    model: object  # its weights; the engine shares them
+    engine: object  # a `LocalEngine` over them: the answers, greedy or sampled
+    eos: list
+    have: list  # the HF layers the answers' states keep: both drafters'
+    ks: list  # DFlash's: every K a block can serve
+    ngram_ks: list  # n-gram's: on to three times `ngram_max_k`
+    eagle_ks: list  # EAGLE-3's: on to twice its trained K
+    settings: list  # n-gram's lookup settings
+
+def dflash_setup(cfg:EvaluateConfig, drafter, eagle3=None) -> DFlashSetup:
+    "Load the DFlash drafter (and EAGLE-3's), the target once with an engine over it; fix the Ks and layers measured."
+    from eagle3nb.costs import drafter_to
+    from eagle3nb.local import LocalEngine
+    d, e = load_dflash(drafter), load_drafter(eagle3) if eagle3 else None
+    tgt = load_target(d.config.target)
+    device, dtype = resolve_device(cfg.device, cfg.dtype, tgt.config())
+    model = tgt.load_model(dtype, device)
+    engine = LocalEngine(tgt, dtype, device, max_batch=max(cfg.batch_size, 1))
+    engine._model = model                                          # one copy of the weights for both paths
+    ks = list(range(1, max(list(cfg.ks) + [d.config.block_size - 1]) + 1))   # every K a block can serve
+    nks = list(range(1, max(list(cfg.ks) + [3 * cfg.ngram_max_k]) + 1)) if cfg.ngram else []
+    eks = list(range(1, max(list(cfg.ks) + [2 * (trained_k(eagle3, default=None) or 0)]) + 1)) if e else []
+    return DFlashSetup(cfg, d.to(device), drafter_to(e, device, dtype) if e else None, tgt, model, engine,
+                       eos_ids(tgt.path, tgt.tokenizer), sorted({*d.config.aux_layers_hf,
+                                                                  *(e.config.aux_layers_hf if e else [])}),
+                       ks, nks, eks, [tuple(s) for s in cfg.ngram_settings] if cfg.ngram else [])
+
+def dflash_sets(es:DFlashSetup, recs:list, srecs:list, runs:list, # both sets' answers, held-out first
+                texts:dict, sampling:dict|None=None, seeds:list|None=None) -> dict:
+    ("Held-out, then sealed, at one sampling (greedy, or the served one): every K replayed over the answers, n-gram's "
+     "lookup setting and each method's K chosen on the held-out prompts, the sealed prompts at those choices.")
+    n, m = len(recs), es
+    per = measure_dflash_set(m.model, m.d, recs, runs[:n], m.ks, m.ngram_ks, m.settings, m.e, m.eagle_ks, m.have)
+    tpf = lambda s: max(r["tokens_per_forward"] or 0 for r in sum_rows(per, ngram_name(s)))
+    chosen = max(m.settings, key=tpf) if m.settings else None
+    methods = {"dflash": "dflash", **({"eagle3": "eagle3"} if m.e else {}),
+               **({"ngram": ngram_name(chosen)} if chosen else {})}
+    out = {"ngram_chosen": chosen,
+           **set_block(per, recs, "heldout", methods, texts, None, m.cfg, sampling, seeds and seeds[:n])}
+    if srecs:
+        sper = measure_dflash_set(m.model, m.d, srecs, runs[n:], m.ks, m.ngram_ks, [chosen] if chosen else [], m.e,
+                                  m.eagle_ks, m.have)
+        out["sealed"] = {**set_block(sper, srecs, "sealed", methods, texts, out["ks"], m.cfg, sampling,
+                                     seeds and seeds[n:]),
+                         "k_from": "the held-out prompts (each method's best K there)",
+                         "outputs": [r["output"] for r in runs[n:]]}   # what vLLM must answer (`vllm_check`)
+    return out
+
+# %% ../nbs/10e_evaluate_dflash.ipynb #6570f271
+@torch.inference_mode()
+def dflash_draft_costs(d:DFlash, seq:list, # prompt + answer: the last token anchors the block timed
+                       aux, # the target's states at DFlash's layers, at least `len(seq) - 1` positions
+                       ks:list, repeats:int=3) -> dict:
+    ("`{K: seconds}`, the fastest of `repeats`: one cycle's drafting at block K as a server runs it, with the context "
+     "projected before: the projection of the two states the last verify kept (one accepted draft and the bonus, "
+     "as EAGLE-3's first pass is timed) and one block forward of K+1 positions over the whole context.")
+    dev, S = d.fc.weight.device, len(seq) - 1
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    ctx, pos2 = d.context_kv(aux[None, :S - 2].to(dev)), torch.arange(S - 2, S, device=dev)[None]
+    def cycle(k):
+        new = d.context_kv(aux[None, S - 2:S].to(dev), pos2)
+        kv = [(torch.cat([a, x], 2), torch.cat([b, y], 2)) for (a, b), (x, y) in zip(ctx, new)]
+        ids = torch.full((1, 1, k + 1), d.config.mask_token_id, device=dev)
+        ids[0, 0, 0] = seq[S]
+        h = d.block_states(ids, (S + torch.arange(k + 1, device=dev))[None, None], kv,
+                           torch.ones(1, 1, S, dtype=torch.bool, device=dev))
+        return d.lm_head(h[0, :, 1:]).argmax(-1)
+    def timed(k):
+        ts = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            cycle(k)
+            sync()
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+    cycle(max(ks))                                                # warm
+    return {k: timed(k) for k in ks}
+
+def dflash_costs(es:DFlashSetup, context:list, # a held-out prompt and its greedy answer
+                 aux, # the answer's states (`es.have`'s layers)
+                 blocks:list) -> dict:
+    ("The measured costs — a verify forward by width, EAGLE-3's passes where it is beside, DFlash's drafting by K — "
+     "and every row of `blocks`' `by_k` given its expected speed-up (`costs.expected_speedup`).")
+    widest = max(r["k"] for b in blocks for rs in b["by_k"].values() for r in rs)
+    costs = measure_costs(es.model, es.e, context, widest, repeats=3)
+    costs["dflash_draft_s"] = dflash_draft_costs(es.d, context, select_aux(aux, es.have, es.d.config.aux_layers_hf),
+                                                 es.ks)
+    for b in blocks:
+        for m, rs in b["by_k"].items():
+            for r in rs: r["expected_speedup"] = expected_speedup(r, costs, m)
+    return {k: ({str(n): v for n, v in x.items()} if isinstance(x, dict) else x) for k, x in costs.items()}
+
 # %% ../nbs/10e_evaluate_dflash.ipynb #f3cda3b4
 def evaluate_dflash(run, prompts, # held-out prompts: a JSONL of prompt records or conversations
                     cfg:EvaluateConfig|None=None, sealed=None, # the sealed prompts' JSONL (measured last)
                     drafter=None, # a DFlash drafter directory (default: the run's)
                     eagle3=None, # an EAGLE-3 drafter directory measured beside it on the same answers (None: none)
                    ) -> dict:
-    "DFlash beside n-gram (and EAGLE-3) at T=0 by exact replay on held-out (and sealed) prompts; the report, written."
-    cfg, run = cfg or EvaluateConfig(), Run(run)
-    d, e = load_dflash(drafter or run.dflash_drafter), load_drafter(eagle3) if eagle3 else None
-    tgt = load_target(d.config.target)
-    model, eos, tok = tgt.load_model(), eos_ids(tgt.path, tgt.tokenizer), tgt.tokenizer
-    recs = prompt_records(prompts, tok, cfg.n_prompts)
-    srecs = prompt_records(sealed, tok) if sealed else []
+    ("DFlash beside n-gram (and EAGLE-3) by exact replay on held-out (and sealed) prompts, at T=0 and at the "
+     "target's served sampling, drafting cost counted; the report, written.")
+    t0, cfg, run = time.time(), cfg or EvaluateConfig(), Run(run)
+    es = dflash_setup(cfg, drafter or run.dflash_drafter, eagle3)
+    tok = es.tgt.tokenizer
+    recs, srecs = prompt_records(prompts, tok, cfg.n_prompts), prompt_records(sealed, tok) if sealed else []
     if not recs: raise InputError(f"{prompts}: no prompts")
-    ks = list(range(1, max(list(cfg.ks) + [d.config.block_size - 1]) + 1))   # every K a block can serve
-    # n-gram's as the EAGLE-3 evaluation's: on to three times ngram_max_k
-    nks = list(range(1, max(list(cfg.ks) + [3 * cfg.ngram_max_k]) + 1)) if cfg.ngram else []
-    eks = list(range(1, max(list(cfg.ks) + [2 * (trained_k(eagle3, default=None) or 0)]) + 1)) if e else []
-    have = sorted({*d.config.aux_layers_hf, *(e.config.aux_layers_hf if e else [])})
-    settings = [tuple(s) for s in cfg.ngram_settings] if cfg.ngram else []
-    runs = greedy_runs(model, [r["prompt_ids"] for r in recs + srecs], cfg.max_new_tokens, eos, max(ks + nks + eks),
-                       have, cfg.batch_size)
-    texts, n = prompt_texts(recs + srecs, tok), len(recs)
-    per = measure_dflash_set(model, d, recs, runs[:n], ks, nks, settings, e, eks, have)
-    tpf = lambda s: max(r["tokens_per_forward"] or 0 for r in sum_rows(per, ngram_name(s)))
-    chosen = max(settings, key=tpf) if settings else None
-    methods = {"dflash": "dflash", **({"eagle3": "eagle3"} if e else {}),
-               **({"ngram": ngram_name(chosen)} if chosen else {})}
-    held = set_block(per, recs, "heldout", methods, texts, None, cfg)
+    texts, tail = prompt_texts(recs + srecs, tok), max(es.ks + es.ngram_ks + es.eagle_ks)
+    runs, _, info = answer_runs(es, recs + srecs, None, tail, es.have)
+    t0m = dflash_sets(es, recs, srecs, runs, texts)
     report = {"drafter": "dflash", "drafter_dir": str(drafter or run.dflash_drafter), "temperature": 0.0,
-              "eagle3_dir": str(eagle3) if e else None, "max_new_tokens": cfg.max_new_tokens, "ngram_chosen": chosen,
-              **held}
-    if srecs:
-        sper = measure_dflash_set(model, d, srecs, runs[n:], ks, nks, [chosen] if chosen else [], e, eks, have)
-        report["sealed"] = {**set_block(sper, srecs, "sealed", methods, texts, held["ks"], cfg),
-                            "k_from": "the held-out prompts (each method's best K there)",
-                            "outputs": [r["output"] for r in runs[n:]]}   # what vLLM must answer (`vllm_check`)
-    lines = report["per_prompt"] + (report["sealed"]["per_prompt"] if srecs else [])
-    write_jsonl_atomic(run.dflash_per_prompt, lines)
+              "eagle3_dir": str(eagle3) if es.e else None, "max_new_tokens": cfg.max_new_tokens, **t0m,
+              "engine": info}
+    measured = [t0m]
+    if sampling := eval_sampling(es.tgt, cfg):
+        sruns, seeds, sinfo = answer_runs(es, recs + srecs, sampling, tail, es.have)
+        sm = dflash_sets(es, recs, srecs, sruns, texts, sampling, seeds)
+        measured.append(sm)
+        report["sampled"] = {**sampling, "seeds": seeds_note(cfg), **_drop(sm, "per_prompt", "sealed"),
+                             "engine": sinfo}
+        if "sealed" in sm: report["sampled"]["sealed"] = _drop(sm["sealed"], "per_prompt", "outputs")
+    blocks = [b for m in measured for b in (m, m.get("sealed")) if b]
+    report["costs"] = dflash_costs(es, recs[0]["prompt_ids"] + runs[0]["output"], runs[0]["aux"], blocks)
+    report["seconds"] = round(time.time() - t0, 1)
+    write_jsonl_atomic(run.dflash_per_prompt, [q for b in blocks for q in b["per_prompt"]])
     write_json(run.dflash_report, report)
     return report
+
+# %% ../nbs/10e_evaluate_dflash.ipynb #226e51a6
+def dflash_summary(rep:dict) -> str:
+    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's (and "
+     "EAGLE-3's), the paired intervals' verdicts (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")
+    def one(where, r):
+        d, n, e = r["best"]["dflash"], r["best"].get("ngram"), r["best"].get("eagle3")
+        s = f"{where}: DFlash K={d['k']} {d['tokens_per_forward'] or 0:.3f} tokens per target forward"
+        if e: s += f" beside EAGLE-3 K={e['k']} {e['tokens_per_forward'] or 0:.3f}"
+        if n: s += f" beside n-gram K={n['k']} {n['tokens_per_forward'] or 0:.3f}"
+        return s + "".join(f"; {r[p]['words']}" for p in ("power", "power_eagle3") if r.get(p))
+    sets = (("held-out", rep), ("sealed", rep.get("sealed")))
+    out = f"evaluate (DFlash, T={rep['temperature']}): " + "; ".join(one(w, r) for w, r in sets if r)
+    if s := rep.get("sampled"):
+        out += (f"; at the served T={s['temperature']}: "
+                + "; ".join(one(w, r) for w, r in (("held-out", s), ("sealed", s.get("sealed"))) if r))
+    return out

@@ -81,6 +81,7 @@ def acceptance_by_kind(es, # `evaluate.EvalSetup` with its models open
                        recs:list, runs:list, # the held-out prompts and their answers (`evaluate.answer_runs`)
                        ks:dict, # method → its chosen K
                        ngram:tuple|None=None, # n-gram's chosen lookup setting
+                       drafts:dict|None=None, # prompt id → its `chain_drafts` where the replay kept them
                       ) -> dict:
     "`{method: {kind: pooled counts, rates, intervals}}` at each method's K over the set's answers."
     tok = es.tgt.tokenizer
@@ -91,7 +92,8 @@ def acceptance_by_kind(es, # `evaluate.EvalSetup` with its models open
         finish = {"reason": "stop" if o and o[-1] in eos else "length"}
         segs, _ = segment_output(prof, p, o, finish, tok)
         for m, k in ks.items():
-            d = chain_drafts(es.model, es.d, seq, k, run.get("aux")) if m == "eagle3" else None
+            d = ((drafts or {}).get(r["id"]) if m == "eagle3" else None)
+            if m == "eagle3" and d is None: d = chain_drafts(es.model, es.d, seq, k, run.get("aux"))
             cyc = cycle_log(m, seq, len(p), len(o), k, d, tuple(ngram or (2, 4)))
             per[m].append((r.get("conversation", r["id"]), kind_counts(segs, len(p), len(o), cyc)))
     return {m: pool_kinds(v, es.cfg.resamples // 2, es.cfg.seed) for m, v in per.items()}

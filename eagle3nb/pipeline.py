@@ -16,8 +16,8 @@ from .report import (capture_summary, context_summary, evaluate_summary, generat
 
 # %% auto #0
 __all__ = ['capture_settings', 'stage_keys', 'Ledger', 'draw_prompts', 'heldout_prompts', 'sealed_file', 'set_screen',
-           'dflash_summary', 'eagle3_beside', 'target_shape', 'capture_need', 'train_fit', 'torch_cuda', 'plan_capture',
-           'plan_train', 'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
+           'eagle3_beside', 'target_shape', 'capture_need', 'train_fit', 'torch_cuda', 'plan_capture', 'plan_train',
+           'plan', 'check_disk', 'run_pipeline', 'run_default', 'select_on_tuning']
 
 # %% ../nbs/12b_pipeline.ipynb #2d1ed407
 def capture_settings(c:PipelineConfig):
@@ -208,18 +208,6 @@ def set_screen(run, c:PipelineConfig) -> dict:
     return screen_sets(sets, template_pieces(load_tokenizer(c.target)))
 
 # %% ../nbs/12b_pipeline.ipynb #fb9d1081
-def dflash_summary(rep:dict) -> str:
-    ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's (and "
-     "EAGLE-3's), the paired intervals' verdicts (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")
-    def one(where, r):
-        d, n, e = r["best"]["dflash"], r["best"].get("ngram"), r["best"].get("eagle3")
-        s = f"{where}: DFlash K={d['k']} {d['tokens_per_forward'] or 0:.3f} tokens per target forward"
-        if e: s += f" beside EAGLE-3 K={e['k']} {e['tokens_per_forward'] or 0:.3f}"
-        if n: s += f" beside n-gram K={n['k']} {n['tokens_per_forward'] or 0:.3f}"
-        return s + "".join(f"; {r[p]['words']}" for p in ("power", "power_eagle3") if r.get(p))
-    sets = (("held-out", rep), ("sealed", rep.get("sealed")))
-    return f"evaluate (DFlash, T={rep['temperature']}): " + "; ".join(one(w, r) for w, r in sets if r)
-
 def eagle3_beside(run, c:PipelineConfig) -> Path|None:
     ("The run's EAGLE-3 drafter, measured beside DFlash, where it is this run's own: trained after the capture the "
      "run holds now was written, under the [train] settings in force (DFlash's keys aside); else None.")
@@ -283,7 +271,7 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
     from eagle3nb.evaluate import evaluate
     held = heldout_prompts(run, c)
     if c.train.drafter == "dflash":                 # 10e_evaluate_dflash: DFlash beside n-gram, by exact replay
-        from eagle3nb.evaluate_dflash import evaluate_dflash
+        from eagle3nb.evaluate_dflash import dflash_summary, evaluate_dflash
         return dflash_summary(evaluate_dflash(run, held, c.evaluate, sealed_file(run, c, held),
                                               eagle3=eagle3_beside(run, c)))
     try: rep = evaluate(run, held, c.evaluate, sealed_file(run, c, held))
@@ -296,9 +284,34 @@ def _stage_evaluate(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
 
 
 # %% ../nbs/12b_pipeline.ipynb #325d73a8
+def _vllm_inputs(c:PipelineConfig, per:list, # the evaluation's per-prompt lines (both samplings, both sets)
+                 sm:dict, # its `sampled` block ({} where none)
+                 method:str="eagle3") -> tuple:
+    ("`(greedy, sampled)`: the sealed prompts' T=0 lines vLLM's check compares (`[export] vllm_n_prompts`), and its "
+     "pass at the served sampling over the first `vllm_sampled_n_prompts` of them (None where there is none).")
+    n = c.export.vllm_n_prompts or None
+    at = lambda t: [q for q in per if q["set"] == "sealed" and q.get("temperature", 0.0) == t][:n]
+    drawn = at(sm["temperature"])[:c.export.vllm_sampled_n_prompts or None] if sm.get("temperature") else []
+    sampled = {**{x: sm[x] for x in ("temperature", "top_p", "top_k")}, "seeds": [q["seed"] for q in drawn],
+               "records": drawn} if drawn else None
+    return at(0.0), sampled
+
+def _check_words(res:dict) -> str:
+    "vLLM's check in one line: its τ beside the replay's, greedy and at the served sampling."
+    if "not_run" in res: return f"vllm check: not run ({res['not_run']})"
+    v, e = res["vllm"], res["eagle3nb"]
+    out = (f"vllm check: K={res['k']} on {res['n_prompts']} sealed prompts, vLLM τ {v['tau'] or 1:.3f} "
+           f"({v['tokens_per_forward'] or 0:.3f} tokens per target forward), eagle3nb τ {e['tau'] or 1:.3f}")
+    if d := res.get("sampled"):
+        out += (f"; at T={d['temperature']}: vLLM τ {d['vllm']['tau'] or 1:.3f}, "
+                f"replay τ {d['eagle3nb']['tau'] or 1:.3f}"
+                f", {'within' if d['within_band']['all'] else 'OUTSIDE'} the replay's band")
+    return out
+
 def _dflash_export(c:PipelineConfig, run:Path) -> str:
-    "The DFlash drafter is written in vLLM's layout by training; vLLM serves it on the sealed prompts at its best K."
-    from eagle3nb.vllm_check import vllm_check, vllm_python
+    ("The DFlash drafter is written in vLLM's layout by training; vLLM serves it on the sealed prompts at its "
+     "held-out K, greedy and at the served sampling, as for EAGLE-3.")
+    from eagle3nb.vllm_check import replay_row, vllm_check, vllm_python
     r = Run(run)
     rep = read_json(r.dflash_report) if r.dflash_report.exists() else {}
     s = rep.get("sealed") or {}
@@ -306,14 +319,15 @@ def _dflash_export(c:PipelineConfig, run:Path) -> str:
     why = ("no vLLM venv (scripts/setup_vllm.sh makes one)" if not vllm_python() else
            "not asked ([export] vllm_check)" if c.export.vllm_check != "auto" else
            "no sealed prompts measured ([evaluate] sealed_n_prompts)" if not b else None)
-    res = {"not_run": why} if why else vllm_check(
-        r.dflash_drafter, r.target, read_jsonl(r.sealed_prompts), b["k"], rep["max_new_tokens"], b,
-        s.get("outputs"),
-        r.export_dir/"dflash_vllm_server.log", concurrency=c.export.vllm_concurrency, method="dflash")
+    if why: res = {"not_run": why}
+    else:
+        greedy, sampled = _vllm_inputs(c, read_jsonl(r.dflash_per_prompt), rep.get("sampled") or {})
+        res = vllm_check(r.dflash_drafter, r.target, read_jsonl(r.sealed_prompts)[:len(greedy)], b["k"],
+                         rep["max_new_tokens"], replay_row(greedy, b["k"], "dflash"), s["outputs"][:len(greedy)],
+                         r.export_dir/"dflash_vllm_server.log", concurrency=c.export.vllm_concurrency,
+                         sampled=sampled, method="dflash")
     write_json(r.dflash_vllm_check, res)
-    done = (f"vllm check: not run ({res['not_run']})" if "not_run" in res else
-            f"vllm check: K={res['k']}, vLLM τ {res['vllm']['tau']}, eagle3nb τ {b['tau']}")
-    return f"export: dflash → {r.dflash_drafter} (vLLM's DFlash layout); {done}"
+    return f"export: dflash → {r.dflash_drafter} (vLLM's DFlash layout); {_check_words(res)}"
 
 # %% ../nbs/12b_pipeline.ipynb #743ca8b3
 def _stage_export(c:PipelineConfig, run:Path, fresh:bool=False) -> str:
@@ -331,32 +345,19 @@ def _vllm_check(c:PipelineConfig, run:Path) -> str:
     from eagle3nb.vllm_check import replay_row, vllm_check, vllm_python
     r = Run(run)
     rep = read_json(r.eval_report) if r.eval_report.exists() else {}
-    s, sm = rep.get("sealed") or {}, rep.get("sampled") or {}
+    s = rep.get("sealed") or {}
     b = (s.get("best") or {}).get("eagle3")
     why = ("no vLLM venv (scripts/setup_vllm.sh makes one)" if not vllm_python() else
            "no speculators export ([export] formats)" if "speculators" not in c.export.formats else
            "no sealed prompts measured ([evaluate] sealed_n_prompts)" if not b else None)
     if why: res = {"not_run": why}
     else:
-        n = c.export.vllm_n_prompts or None
-        per = read_jsonl(r.per_prompt)
-        at = lambda t: [q for q in per if q["set"] == "sealed" and q.get("temperature", 0.0) == t][:n]
-        drawn = at(sm["temperature"])[:c.export.vllm_sampled_n_prompts or None] if sm.get("temperature") else []
-        sampled = {**{x: sm[x] for x in ("temperature", "top_p", "top_k")}, "seeds": [q["seed"] for q in drawn],
-                   "records": drawn} if drawn else None
-        res = vllm_check(r.export("speculators"), r.target, read_jsonl(r.sealed_prompts)[:n], b["k"],
-                         s["max_new_tokens"], replay_row(at(0.0), b["k"]), s["outputs"], r.vllm_log,
+        greedy, sampled = _vllm_inputs(c, read_jsonl(r.per_prompt), rep.get("sampled") or {})
+        res = vllm_check(r.export("speculators"), r.target, read_jsonl(r.sealed_prompts)[:len(greedy)], b["k"],
+                         s["max_new_tokens"], replay_row(greedy, b["k"]), s["outputs"], r.vllm_log,
                          dtype=rep["config"]["dtype"], concurrency=c.export.vllm_concurrency, sampled=sampled)
     write_json(r.vllm_check, res)
-    if "not_run" in res: return f"vllm check: not run ({res['not_run']})"
-    v, e = res["vllm"], res["eagle3nb"]
-    out = (f"vllm check: K={res['k']} on {res['n_prompts']} sealed prompts, vLLM τ {v['tau'] or 1:.3f} "
-           f"({v['tokens_per_forward'] or 0:.3f} tokens per target forward), eagle3nb τ {e['tau'] or 1:.3f}")
-    if d := res.get("sampled"):
-        out += (f"; at T={d['temperature']}: vLLM τ {d['vllm']['tau'] or 1:.3f}, "
-                f"replay τ {d['eagle3nb']['tau'] or 1:.3f}"
-                f", {'within' if d['within_band']['all'] else 'OUTSIDE'} the replay's band")
-    return out
+    return _check_words(res)
 
 _STAGE_FNS = {"prepare": _stage_prepare, "generate": _stage_generate, "validate": _stage_validate,
               "context": _stage_context, "capture": _stage_capture, "train": _stage_train, "evaluate": _stage_evaluate,

@@ -179,7 +179,9 @@ def ngram_name(setting:tuple) -> str:
 
 def replay_prompts(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids)` pairs
                    runs:list, # per prompt its greedy answer (a list), or `greedy_runs`'s `{output, tail, aux}`
-                   eagle_ks, ngram_ks, ngram_settings=((2, 4),), progress:bool=False) -> list:
+                   eagle_ks, ngram_ks, ngram_settings=((2, 4),), progress:bool=False,
+                   keep_drafts:dict|None=None, # where given, each prompt's `chain_drafts` kept here by its id
+                  ) -> list:
     ("Per prompt `{id, output_tokens, by_k: {method: {k: SpecStats}}}`, every K replayed from its greedy run; n-gram "
      "under each setting is the method `ngram_name(setting)`.")
     from tqdm.auto import tqdm
@@ -194,6 +196,7 @@ def replay_prompts(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids
         if len(r["tail"]) < need: raise InputError(f"prompt {i}: a tail of {len(r['tail'])} tokens, K up to {need}")
         if eagle_ks:
             drafts = chain_drafts(model, drafter, seq, eagle_ks[-1], r.get("aux"))
+            if keep_drafts is not None: keep_drafts[i] = drafts   # step k never depends on later steps: any K ≤ max
             by["eagle3"] = {k: replay_eagle3(drafts, seq, len(p), len(o), k) for k in eagle_ks}
         if ngram_ks:
             index = NgramIndex(seq, max(s[1] for s in ngram_settings))
@@ -237,6 +240,7 @@ def measure_replay(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids
                    ngram_settings=((2, 4),), # one: the method `ngram`; several: each named by `ngram_name`
                    named:bool=False, # name n-gram by `ngram_name` even under one setting
                    engine=None, # a `LocalEngine` for the greedy runs (`greedy_runs`); None: transformers' forward
+                   keep_drafts:dict|None=None, # where given, the drafter's chain drafts kept by prompt id
                   ) -> dict:
     ("`{by_k, best, outputs, per_prompt, greedy}` at T=0: the target's greedy answers (with tails and aux states, one "
      "batched run), then each method replayed at every K.")
@@ -246,7 +250,7 @@ def measure_replay(model, drafter:Drafter|None, prompts:list, # `(id, prompt ids
         model, [p for _, p in prompts], max_new_tokens, eos_ids, max(eagle_ks + ngram_ks, default=0),
         drafter.config.aux_layers_hf if eagle_ks else None, batch_size, engine)
     outs, seconds = [r["output"] if isinstance(r, dict) else r for r in runs], time.perf_counter() - t0
-    per = replay_prompts(model, drafter, prompts, runs, eagle_ks, ngram_ks, ngram_settings)
+    per = replay_prompts(model, drafter, prompts, runs, eagle_ks, ngram_ks, ngram_settings, keep_drafts=keep_drafts)
     one = len(ngram_settings) == 1 and not named
     names = [("eagle3", "eagle3")] + [(ngram_name(s), "ngram" if one else ngram_name(s)) for s in ngram_settings]
     by_k = {n: rows for m, n in names if (rows := sum_rows(per, m, n))}

@@ -340,27 +340,41 @@ def _vllm_blocks(run:Path) -> list:
                    or "—"]])] + _vllm_sampled_blocks(c.get("sampled"))
 
 # %% ../nbs/12a_report.ipynb #5639ae6e
+def _dflash_table(rep:dict, # one sampling's block of `evaluate/dflash_report.json` (T=0, or its `sampled`)
+                  at:str="") -> list:
+    "Each method at its held-out K, held-out and sealed with intervals, its predicted speed-up; then the verdicts."
+    s = rep.get("sealed") or {}
+    pm = lambda blk, m: blk.get("power_eagle3") if m == "eagle3" else blk.get("power")   # the block m's interval is in
+    sp = lambda r: f"{r['expected_speedup']:.2f}×" if r and r.get("expected_speedup") else "—"
+    rows = [[m, rep["ks"][m], _ci_cell(pm(rep, m), m, rep["best"].get(m)),
+             _ci_cell(pm(s, m), m, s["best"].get(m)) if s else "—", sp(rep["best"].get(m))]
+            for m in ("dflash", "eagle3", "ngram") if m in rep["ks"]]
+    words = [f"{w}{at}: {blk[p]['words']}." for w, blk in (("Held-out", rep), ("Sealed", s))
+             for p in ("power_eagle3", "power") if blk.get(p)]
+    return [("table", ["method", "K", f"held-out ({rep['n_prompts']} prompts)", f"sealed ({s.get('n_prompts', 0)} "
+                       "prompts)", "predicted speed-up"], rows), *[("p", w) for w in words]]
+
 def _dflash_blocks(run:Path) -> list:
     ("DFlash beside EAGLE-3 (where the run's own was measured with it) and n-gram, held-out and sealed, each at its "
-     "held-out K with its interval; the verdicts; vLLM's counters on its export (`evaluate/dflash_report.json`).")
+     "held-out K with its interval, at T=0 and at the served sampling; the verdicts; vLLM's counters on its export.")
     r = Run(run)
     if not r.dflash_report.exists(): return []
     rep = read_json(r.dflash_report)
-    s = rep.get("sealed") or {}
-    pm = lambda blk, m: blk.get("power_eagle3") if m == "eagle3" else blk.get("power")   # the block m's interval is in
-    rows = [[m, rep["ks"][m], _ci_cell(pm(rep, m), m, rep["best"].get(m)),
-             _ci_cell(pm(s, m), m, s["best"].get(m)) if s else "—"] for m in ("dflash", "eagle3", "ngram")
-            if m in rep["ks"]]
-    sets = (("Held-out", rep), ("Sealed", s))
-    words = [f"{w}: {blk[p]['words']}." for w, blk in sets for p in ("power_eagle3", "power") if blk.get(p)]
     b = [("h2", "DFlash beside EAGLE-3 and n-gram"),
          ("p", f"The DFlash drafter (`{rep['drafter_dir']}`) by exact replay of block drafting over the target's "
                f"greedy answers, T={rep['temperature']}, {rep['max_new_tokens']} new tokens a prompt; "
                + (f"EAGLE-3 (`{rep['eagle3_dir']}`) replayed over the same answers; " if rep.get("eagle3_dir") else "")
                + "each method at the K chosen on the held-out prompts (tokens per target forward, 95 % intervals by "
-                 "a paired bootstrap over conversations):"),
-         ("table", ["method", "K", f"held-out ({rep['n_prompts']} prompts)",
-                    f"sealed ({s.get('n_prompts', 0)} prompts)"], rows), *[("p", w) for w in words]]
+                 "a paired bootstrap over conversations):"), *_dflash_table(rep)]
+    if sm := rep.get("sampled"):
+        b += [("p", f"At the served sampling, T={sm['temperature']}, top-p {sm['top_p']}, top-k {sm['top_k']} "
+                    f"({sm['source']}): one seeded answer a prompt, every K replayed over it (vLLM's DFlash proposer "
+                    "drafts greedily, so a draft is accepted exactly when it equals the token sampled):"),
+              *_dflash_table(sm, f" at T={sm['temperature']}")]
+    if rep.get("costs"):
+        b += [("p", "The predicted speed-up is over the target alone on the machine that measured, from measured "
+                    "costs: a verify forward of K+1 tokens and the drafting (DFlash: one block forward; EAGLE-3: its "
+                    "chained passes; n-gram's lookup counted free).")]
     if r.dflash_vllm_check.exists() and "vllm" in (v := read_json(r.dflash_vllm_check)):
         b += [("p", f"vLLM serving the DFlash export on {v['n_prompts']} sealed prompts at K={v['k']}: τ "
                     f"{v['vllm']['tau'] or 1:.5f} against the replay's {v['eagle3nb']['tau'] or 1:.5f}; answers "
