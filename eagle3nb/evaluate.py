@@ -19,12 +19,14 @@ from .replay import (by_k_row, configurations_chosen_among, greedy_runs, measure
                              per_prompt_records, prompt_texts, replay_prompts)
 from .kinds import acceptance_by_kind, acceptance_by_mode
 from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
+from .power import plot_report
 
 # %% auto #0
-__all__ = ['tau_sim_by_k', 'plot_report', 'vocab_sweep', 'EvaluateConfig', 'prompt_seed', 'eval_sampling', 'seeds_note',
-           'EvalSetup', 'eval_setup', 'open_models', 'draw_and_screen', 'answer_runs', 'heldout_power', 'sealed_power',
-           'measure_sets', 'loop_beside_replay', 'loop_step', 'loop_at_temperature', 'costs_step', 'build_report',
-           'write_evaluation', 'power_lines', 'sampled_lines', 'print_loop', 'print_by_k', 'print_report', 'evaluate']
+__all__ = ['tau_sim_by_k', 'vocab_sweep', 'EvaluateConfig', 'prompt_seed', 'eval_sampling', 'seeds_note', 'EvalSetup',
+           'eval_setup', 'open_models', 'draw_and_screen', 'answer_runs', 'answers_both', 'heldout_power',
+           'sealed_power', 'measure_sets', 'loop_beside_replay', 'loop_step', 'loop_at_temperature', 'costs_step',
+           'build_report', 'write_evaluation', 'power_lines', 'sampled_lines', 'print_loop', 'print_by_k',
+           'print_report', 'evaluate']
 
 # %% ../nbs/10c_evaluate.ipynb #b5bd465e
 def tau_sim_by_k(metrics_path, ks) -> dict|None:
@@ -42,100 +44,6 @@ def tau_sim_by_k(metrics_path, ks) -> dict|None:
             "walk_records": r.get("walk_records", 0),
             "by_k": {K: walked[K - 1] for K in ks if K <= len(walked) and walked[K - 1] is not None},
             "every_start_by_k": every}
-
-# %% ../nbs/10c_evaluate.ipynb #1b45ed3b
-def _saver(plt, out:Path, paths:list):
-    "`save(fig, ax, name)`: legend and grid on each axis, the figure written to OUT/name, its path kept, closed."
-    def save(fig, ax, name):
-        for a in (ax if isinstance(ax, (list, tuple)) else [ax]): a.legend(fontsize=7), a.grid(alpha=.3)
-        fig.tight_layout()
-        fig.savefig(out/name, dpi=110)
-        paths.append(out/name)
-        plt.close(fig)
-    return save
-
-def _k_figure(plt, report:dict, note:str):
-    "τ, tokens per target forward and wall-clock speed-up against K: every K replayed, the loop's Ks as markers."
-    from matplotlib.ticker import MaxNLocator
-    rows, by_k = report["rows"], report.get("by_k") or {}
-    fig, axs = plt.subplots(1, 3, figsize=(15, 4), sharex=True)   # one K axis: the loop's few Ks sit on the curves'
-    for m, mk, col in (("eagle3", "o", "C0"), ("ngram", "s", "C1")):
-        if curve := by_k.get(m, []):
-            src = curve[0]["source"]
-            axs[0].plot([r["k"] for r in curve], [r["tau"] or 1 for r in curve], "-", color=col, label=f"{m} τ ({src})")
-            axs[1].plot([r["k"] for r in curve], [r["tokens_per_forward"] for r in curve], "-", color=col,
-                        label=f"{m} ({src})")
-        if not (rs := [r for r in rows if r["method"] == m]): continue
-        axs[0].plot([r["k"] for r in rs], [r["tau"] or 1 for r in rs], mk, color=col, mfc="none", label=f"{m} τ (loop)")
-        axs[1].plot([r["k"] for r in rs], [r["tokens_per_forward"] for r in rs], mk, color=col, mfc="none",
-                    label=f"{m} (loop)")
-        axs[2].plot([r["k"] for r in rs], [r["speedup"] for r in rs], mk + "-", color=col, label=m)
-    for m, r in (report.get("best") or {}).items():
-        axs[1].annotate(f"best {m}: K={r['k']}", (r["k"], r["tokens_per_forward"]), fontsize=7,
-                        textcoords="offset points", xytext=(0, 6), ha="center")
-    if (ts := report.get("training_tau_sim")) and ts.get("by_k"):
-        axs[0].plot(list(map(int, ts["by_k"])), list(ts["by_k"].values()), "x:", color="C2",
-                    label=f"eagle3 τ_walk predicted (training, {ts.get('walk_records')} held-out greedy records)")
-    axs[1].axhline(1, color="gray", lw=0.8)
-    axs[2].axhline(1, color="gray", lw=0.8)
-    if sp := [r["speedup"] for r in rows if r["method"] != "target"]:
-        axs[2].set_ylim(min(0.9, min(sp) - 0.05), max(1.1, max(sp) + 0.05))   # 1 (the target alone) in view
-    for ax, t in zip(axs, ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward (prefill counted)",
-                           "wall-clock tokens/s vs target alone (loop)")):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("K (draft tokens per verify step)")
-        ax.set_title(t, fontsize=10)
-    fig.suptitle(note, fontsize=10)
-    return fig, list(axs)
-
-
-# %% ../nbs/10c_evaluate.ipynb #dfb2be37
-def _vocab_figure(plt, report:dict, note:str):
-    "Tokens per target forward against the draft vocabulary's size N (a vocabulary sweep), n-gram's best beside."
-    sw = report["vocab_sweep"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([s["draft_vocab_size"] for s in sw], [s["best"]["tokens_per_forward"] for s in sw], "o-", color="C0",
-            label="eagle3 at its best K")
-    for k in range(1, max(len(s["by_k"]) for s in sw) + 1):
-        pts = [(s["draft_vocab_size"], r["tokens_per_forward"]) for s in sw for r in s["by_k"] if r["k"] == k]
-        ax.plot(*zip(*pts), ":", color="C0", alpha=0.3 + 0.7 * k / 8, lw=0.8, label=f"eagle3 K={k}")
-    if g := (report.get("best") or {}).get("ngram"):
-        ax.axhline(g["tokens_per_forward"], color="C1", ls="--", label=f"ngram at its best K={g['k']}")
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="draft vocabulary size N", ylabel="tokens per target forward (replay)",
-           title=f"tokens per target forward against N\n{note}")
-    ax.title.set_fontsize(9)
-    return fig, ax
-
-def _position_figure(plt, report:dict, note:str):
-    "The drafter's acceptance at each draft position: the loop's Ks, and the longest K replayed."
-    rs = [r for r in report["rows"] if r["method"] == "eagle3"]
-    longest = max((report.get("by_k") or {}).get("eagle3", []), key=lambda r: r["k"], default=None)
-    if not (rs or longest): return None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for r in rs: ax.plot(range(1, r["k"] + 1), r["per_position"], marker=".", label=f"K={r['k']} (loop)")
-    if longest:
-        ax.plot(range(1, longest["k"] + 1), longest["per_position"], "k--", marker="x",
-                label=f"K={longest['k']} ({longest['source']})")
-    ax.set(xlabel="draft position k", ylabel="share of verify steps whose k-th draft was accepted", ylim=(0, 1.02))
-    ax.set_title(f"eagle3 per-position acceptance\n{note}", fontsize=9)
-    return fig, ax
-
-def plot_report(report:dict, out_dir) -> list:
-    "A report's figures: τ and tokens per target forward against K (every K, both methods), per-position, speed-up."
-    import matplotlib
-    interactive = matplotlib.get_backend().lower().startswith(("module://", "nbagg", "widget", "ipympl"))
-    matplotlib.use("Agg") if not interactive else None
-    import matplotlib.pyplot as plt
-    out, paths, c = Path(out_dir), [], report["config"]
-    out.mkdir(parents=True, exist_ok=True)
-    note = (f"{c['target_name']} · chain · T={c['temperature']} · {c['n_prompts']} prompts ({c['prompts_name']}) · "
-            f"{c['max_new_tokens']} new tokens")
-    save = _saver(plt, out, paths)
-    save(*_k_figure(plt, report, note), "acceptance_vs_k.png")
-    if report.get("vocab_sweep"): save(*_vocab_figure(plt, report, note), "vocab_sweep.png")
-    if fig := _position_figure(plt, report, note): save(*fig, "per_position.png")
-    return paths
 
 # %% ../nbs/10c_evaluate.ipynb #1659c38d
 def vocab_sweep(run, drafter, model, recs:list, outputs:list, max_new_tokens:int, eos:list, device, dtype,
@@ -282,6 +190,37 @@ def answer_runs(es:EvalSetup, recs:list, # the prompts of both sets, one batched
             "note": f"held-out and sealed prompts' {what} answers, their tails and aux states, one batched run"}
     return runs, seeds, info
 
+# %% ../nbs/10c_evaluate.ipynb #708bd83e
+def answers_both(es, # `EvalSetup` (or `evaluate_dflash.DFlashSetup`) with its engine
+                 recs:list, sampling:dict|None, # the served sampling (None: greedy answers only)
+                 **kw # `answer_runs`' `tail` and `aux_layers`
+                ) -> tuple:
+    ("`(greedy, drawn)`: the greedy answers (`answer_runs`' triple) and `drawn()`, which returns the sampled ones "
+     "(None without a served sampling), drawn meanwhile by a second engine over the same weights. Each engine runs on "
+     "half the threads, and so does this thread's torch until `drawn()` returns: the T=0 replay goes on while the "
+     "sampled answers are drawn. The answers are bit for bit those of one engine drawing both in turn (the lesson).")
+    if not sampling: return answer_runs(es, recs, **kw), lambda: None
+    import torch
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+    from eagle3nb.local import LocalEngine, default_threads
+    e, n, half = es.engine, torch.get_num_threads(), max(1, default_threads() // 2)
+    pair = [LocalEngine(e.target, e.dtype, e.device, max_batch=e.max_batch, threads=half) for _ in range(2)]
+    for x in pair: x._model = es.model                             # one copy of the weights for all
+    ex = ThreadPoolExecutor(1)
+    fut = ex.submit(answer_runs, replace(es, engine=pair[1]), recs, sampling, **kw)
+    try: greedy = answer_runs(replace(es, engine=pair[0]), recs, None, **kw)
+    except BaseException:
+        fut.cancel()
+        raise
+    torch.set_num_threads(half)                                    # the other engine is still drawing
+    def drawn():
+        try: return fut.result()
+        finally:
+            ex.shutdown()
+            torch.set_num_threads(n)
+    return greedy, drawn
+
 # %% ../nbs/10c_evaluate.ipynb #d0cc6840
 def _at(rows:list, k:int) -> dict|None: return next((r for r in rows if r["k"] == k), None)
 
@@ -355,10 +294,12 @@ def sealed_power(es:EvalSetup, srecs:list, runs:list, held:dict, texts:dict, sam
     if len(ks) == 2: out["power"] = power_block(lines, ks, c.max_new_tokens, c.resamples, c.seed)
     return out
 
-def measure_sets(es:EvalSetup, recs:list, srecs:list|None, sampling:dict|None=None) -> dict:
+def measure_sets(es:EvalSetup, recs:list, srecs:list|None, sampling:dict|None=None,
+                 answers:tuple|None=None, # `answer_runs`' triple where already drawn (`answers_both`)
+                ) -> dict:
     "Held-out, then sealed, at one sampling (greedy, or the served one): answers, replay, choices, intervals, verdicts."
     both, n = recs + (srecs or []), len(recs)
-    runs, seeds, info = answer_runs(es, both, sampling)
+    runs, seeds, info = answers or answer_runs(es, both, sampling)
     texts = prompt_texts(both, es.tgt.tokenizer)
     out = {**heldout_power(es, recs, runs[:n], texts, sampling, seeds and seeds[:n]), "engine": info}
     out["by_kind"] = acceptance_by_kind(es, recs, runs[:n], out["ks"], out["ngram_chosen"], out.pop("drafts"))
@@ -584,10 +525,12 @@ def evaluate(run, # run directory: reads train/drafter (and train/metrics.jsonl)
     open_models(es)
     t0m = sampling = sm = loop = None
     if c.temperature == 0:
-        t0m = measure_sets(es, recs, srecs)
+        greedy, drawn = answers_both(es, recs + (srecs or []), sampling := eval_sampling(es.tgt, c))
+        t0m = measure_sets(es, recs, srecs, answers=greedy)   # while the sampled answers are drawn
+        drawn = drawn()                                        # then the loop's clock runs alone
         res, loop = loop_step(es, recs, t0m, progress)
         by_k, best, outputs = t0m["by_k"], t0m["best"], t0m["outputs"]
-        if sampling := eval_sampling(es.tgt, c): sm = measure_sets(es, recs, srecs, sampling)
+        if sampling: sm = measure_sets(es, recs, srecs, sampling, drawn)
     else: res, by_k, best, outputs = loop_at_temperature(es, recs, progress)
     costs, rec = costs_step(es, recs, outputs, by_k)
     report = build_report(run, es, prompts, sealed, recs, dict(near=near, checked=checked, res=res, by_k=by_k,

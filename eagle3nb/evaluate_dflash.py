@@ -17,7 +17,7 @@ from .heldout import prompt_records
 from .power import choose_k, power_block, top_wins
 from .replay import greedy_runs, ngram_name, prompt_texts, replay_prompts, sum_rows
 from .replay_dflash import merge_per_prompt, replay_prompts_dflash
-from .evaluate import EvaluateConfig, _drop, _lines, answer_runs, eval_sampling, seeds_note
+from .evaluate import EvaluateConfig, _drop, _lines, answers_both, eval_sampling, seeds_note
 
 # %% auto #0
 __all__ = ['measure_dflash_set', 'set_block', 'DFlashSetup', 'dflash_setup', 'dflash_sets', 'dflash_draft_costs', 'dflash_costs',
@@ -172,14 +172,15 @@ def evaluate_dflash(run, prompts, # held-out prompts: a JSONL of prompt records 
     recs, srecs = prompt_records(prompts, tok, cfg.n_prompts), prompt_records(sealed, tok) if sealed else []
     if not recs: raise InputError(f"{prompts}: no prompts")
     texts, tail = prompt_texts(recs + srecs, tok), max(es.ks + es.ngram_ks + es.eagle_ks)
-    runs, _, info = answer_runs(es, recs + srecs, None, tail, es.have)
-    t0m = dflash_sets(es, recs, srecs, runs, texts)
+    sampling = eval_sampling(es.tgt, cfg)
+    (runs, _, info), drawn = answers_both(es, recs + srecs, sampling, tail=tail, aux_layers=es.have)
+    t0m = dflash_sets(es, recs, srecs, runs, texts)   # while the sampled answers are drawn
     report = {"drafter": "dflash", "drafter_dir": str(drafter or run.dflash_drafter), "temperature": 0.0,
               "eagle3_dir": str(eagle3) if es.e else None, "max_new_tokens": cfg.max_new_tokens, **t0m,
               "engine": info}
     measured = [t0m]
-    if sampling := eval_sampling(es.tgt, cfg):
-        sruns, seeds, sinfo = answer_runs(es, recs + srecs, sampling, tail, es.have)
+    if sampling:
+        sruns, seeds, sinfo = drawn()
         sm = dflash_sets(es, recs, srecs, sruns, texts, sampling, seeds)
         measured.append(sm)
         report["sampled"] = {**sampling, "seeds": seeds_note(cfg), **_drop(sm, "per_prompt", "sealed"),
@@ -192,7 +193,7 @@ def evaluate_dflash(run, prompts, # held-out prompts: a JSONL of prompt records 
     write_json(run.dflash_report, report)
     return report
 
-# %% ../nbs/10e_evaluate_dflash.ipynb #226e51a6
+# %% ../nbs/10e_evaluate_dflash.ipynb #6fb4c5fb
 def dflash_summary(rep:dict) -> str:
     ("The DFlash evaluation in one line a set: DFlash's K and tokens per target forward beside n-gram's (and "
      "EAGLE-3's), the paired intervals' verdicts (`evaluate/dflash_report.json`, `10e_evaluate_dflash`).")

@@ -11,7 +11,7 @@ from .core import InputError, disk_full_said, md_table, read_jsonl
 
 # %% auto #0
 __all__ = ['tokens_per_forward', 'mean_tokens_per_forward', 'choose_k', 'paired_bootstrap', 'verdict', 'power_block',
-           'headline_from_per_prompt', 'plot_per_prompt', 'top_wins', 'wins_rows', 'wins_table']
+           'headline_from_per_prompt', 'plot_per_prompt', 'top_wins', 'wins_rows', 'wins_table', 'plot_report']
 
 # %% ../nbs/09b_power.ipynb #04ee0e0c
 def _counts(recs:list, method:str, k) -> tuple:
@@ -218,3 +218,97 @@ def wins_table(top:dict, # `top_wins`'s answer
     "`wins_rows` as Markdown (a `|` in a prompt escaped)."
     head, rows = wins_rows(top)
     return md_table(head, [r[:-1] + [r[-1].replace("|", "\\|")] for r in rows])
+
+# %% ../nbs/09b_power.ipynb #1b45ed3b
+def _saver(plt, out:Path, paths:list):
+    "`save(fig, ax, name)`: legend and grid on each axis, the figure written to OUT/name, its path kept, closed."
+    def save(fig, ax, name):
+        for a in (ax if isinstance(ax, (list, tuple)) else [ax]): a.legend(fontsize=7), a.grid(alpha=.3)
+        fig.tight_layout()
+        fig.savefig(out/name, dpi=110)
+        paths.append(out/name)
+        plt.close(fig)
+    return save
+
+def _k_figure(plt, report:dict, note:str):
+    "τ, tokens per target forward and wall-clock speed-up against K: every K replayed, the loop's Ks as markers."
+    from matplotlib.ticker import MaxNLocator
+    rows, by_k = report["rows"], report.get("by_k") or {}
+    fig, axs = plt.subplots(1, 3, figsize=(15, 4), sharex=True)   # one K axis: the loop's few Ks sit on the curves'
+    for m, mk, col in (("eagle3", "o", "C0"), ("ngram", "s", "C1")):
+        if curve := by_k.get(m, []):
+            src = curve[0]["source"]
+            axs[0].plot([r["k"] for r in curve], [r["tau"] or 1 for r in curve], "-", color=col, label=f"{m} τ ({src})")
+            axs[1].plot([r["k"] for r in curve], [r["tokens_per_forward"] for r in curve], "-", color=col,
+                        label=f"{m} ({src})")
+        if not (rs := [r for r in rows if r["method"] == m]): continue
+        axs[0].plot([r["k"] for r in rs], [r["tau"] or 1 for r in rs], mk, color=col, mfc="none", label=f"{m} τ (loop)")
+        axs[1].plot([r["k"] for r in rs], [r["tokens_per_forward"] for r in rs], mk, color=col, mfc="none",
+                    label=f"{m} (loop)")
+        axs[2].plot([r["k"] for r in rs], [r["speedup"] for r in rs], mk + "-", color=col, label=m)
+    for m, r in (report.get("best") or {}).items():
+        axs[1].annotate(f"best {m}: K={r['k']}", (r["k"], r["tokens_per_forward"]), fontsize=7,
+                        textcoords="offset points", xytext=(0, 6), ha="center")
+    if (ts := report.get("training_tau_sim")) and ts.get("by_k"):
+        axs[0].plot(list(map(int, ts["by_k"])), list(ts["by_k"].values()), "x:", color="C2",
+                    label=f"eagle3 τ_walk predicted (training, {ts.get('walk_records')} held-out greedy records)")
+    axs[1].axhline(1, color="gray", lw=0.8)
+    axs[2].axhline(1, color="gray", lw=0.8)
+    if sp := [r["speedup"] for r in rows if r["method"] != "target"]:
+        axs[2].set_ylim(min(0.9, min(sp) - 0.05), max(1.1, max(sp) + 0.05))   # 1 (the target alone) in view
+    for ax, t in zip(axs, ("acceptance length τ = 1 + accepted/drafts", "tokens per target forward (prefill counted)",
+                           "wall-clock tokens/s vs target alone (loop)")):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("K (draft tokens per verify step)")
+        ax.set_title(t, fontsize=10)
+    fig.suptitle(note, fontsize=10)
+    return fig, list(axs)
+
+
+# %% ../nbs/09b_power.ipynb #dfb2be37
+def _vocab_figure(plt, report:dict, note:str):
+    "Tokens per target forward against the draft vocabulary's size N (a vocabulary sweep), n-gram's best beside."
+    sw = report["vocab_sweep"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([s["draft_vocab_size"] for s in sw], [s["best"]["tokens_per_forward"] for s in sw], "o-", color="C0",
+            label="eagle3 at its best K")
+    for k in range(1, max(len(s["by_k"]) for s in sw) + 1):
+        pts = [(s["draft_vocab_size"], r["tokens_per_forward"]) for s in sw for r in s["by_k"] if r["k"] == k]
+        ax.plot(*zip(*pts), ":", color="C0", alpha=0.3 + 0.7 * k / 8, lw=0.8, label=f"eagle3 K={k}")
+    if g := (report.get("best") or {}).get("ngram"):
+        ax.axhline(g["tokens_per_forward"], color="C1", ls="--", label=f"ngram at its best K={g['k']}")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="draft vocabulary size N", ylabel="tokens per target forward (replay)",
+           title=f"tokens per target forward against N\n{note}")
+    ax.title.set_fontsize(9)
+    return fig, ax
+
+def _position_figure(plt, report:dict, note:str):
+    "The drafter's acceptance at each draft position: the loop's Ks, and the longest K replayed."
+    rs = [r for r in report["rows"] if r["method"] == "eagle3"]
+    longest = max((report.get("by_k") or {}).get("eagle3", []), key=lambda r: r["k"], default=None)
+    if not (rs or longest): return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rs: ax.plot(range(1, r["k"] + 1), r["per_position"], marker=".", label=f"K={r['k']} (loop)")
+    if longest:
+        ax.plot(range(1, longest["k"] + 1), longest["per_position"], "k--", marker="x",
+                label=f"K={longest['k']} ({longest['source']})")
+    ax.set(xlabel="draft position k", ylabel="share of verify steps whose k-th draft was accepted", ylim=(0, 1.02))
+    ax.set_title(f"eagle3 per-position acceptance\n{note}", fontsize=9)
+    return fig, ax
+
+def plot_report(report:dict, out_dir) -> list:
+    "A report's figures: τ and tokens per target forward against K (every K, both methods), per-position, speed-up."
+    import matplotlib
+    interactive = matplotlib.get_backend().lower().startswith(("module://", "nbagg", "widget", "ipympl"))
+    matplotlib.use("Agg") if not interactive else None
+    import matplotlib.pyplot as plt
+    out, paths, c = Path(out_dir), [], report["config"]
+    out.mkdir(parents=True, exist_ok=True)
+    note = (f"{c['target_name']} · chain · T={c['temperature']} · {c['n_prompts']} prompts ({c['prompts_name']}) · "
+            f"{c['max_new_tokens']} new tokens")
+    save = _saver(plt, out, paths)
+    save(*_k_figure(plt, report, note), "acceptance_vs_k.png")
+    if report.get("vocab_sweep"): save(*_vocab_figure(plt, report, note), "vocab_sweep.png")
+    if fig := _position_figure(plt, report, note): save(*fig, "per_position.png")
+    return paths

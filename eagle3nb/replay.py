@@ -122,18 +122,39 @@ def greedy_runs(model, prompts:list, # prompt id lists
 class NgramIndex:
     "The first occurrence of every n-gram (n ≤ `n_max`) of a sequence: `ngram_propose` on any prefix without a scan."
     def __init__(self, seq:list, n_max:int=4):
-        self.seq, self.first = list(seq), {}
+        self.seq, self.first, self._match, self._agree = list(seq), {}, {}, {}
         for n in range(1, n_max + 1):
             f = self.first[n] = {}
             for s in range(len(seq) - n + 1): f.setdefault(tuple(seq[s:s + n]), s)
-    def propose(self, T:int, # tokens known: the proposal is `ngram_propose(seq[:T], k, n_min, n_max)`
-                k:int, n_min:int=2, n_max:int=4) -> list:
-        "vLLM's proposal after the first `T` tokens: the earliest match of the longest suffix n-gram, as a scan finds."
+    def match(self, T:int, n_min:int=2, n_max:int=4) -> tuple|None:
+        "`(start, available)`: where the proposal after `T` tokens is copied from and how long it can be (None: none)."
         seq = self.seq
         for n in range(min(n_max, T - 1), max(n_min, 1) - 1, -1):
             s = self.first[n].get(tuple(seq[T - n:T]))
-            if s is not None and s < T - n: return seq[s + n:s + n + min(k, T - s - n)]
-        return []
+            if s is not None and s < T - n: return s + n, T - s - n
+        return None
+    def propose(self, T:int, # tokens known: the proposal is `ngram_propose(seq[:T], k, n_min, n_max)`
+                k:int, n_min:int=2, n_max:int=4) -> list:
+        "vLLM's proposal after the first `T` tokens: the earliest match of the longest suffix n-gram, as a scan finds."
+        m = self.match(T, n_min, n_max)
+        return self.seq[m[0]:m[0] + min(k, m[1])] if m else []
+    def accepted(self, T:int, k:int, n_min:int=2, n_max:int=4) -> tuple:
+        ("`(proposed, accepted)` of `propose(T, k, …)` against the sequence's own next tokens, as `_leading` counts "
+         "them: the match found once per `T` and setting, the agreement counted once per match, for every K.")
+        key = (T, n_min, n_max)
+        if key not in self._match: self._match[key] = self.match(T, n_min, n_max)
+        m = self._match[key]
+        if m is None: return 0, 0
+        p = min(k, m[1])
+        return p, self._lead(m[0], T, min(p, len(self.seq) - T))
+    def _lead(self, i:int, j:int, cap:int) -> int:
+        "How many tokens from `i` equal those from `j`, counted up to `cap` (kept, and counted on where asked further)."
+        seq, (a, done) = self.seq, self._agree.get((i, j), (0, False))
+        if not done and a < cap:
+            while a < cap and seq[i + a] == seq[j + a]: a += 1
+            done = a < cap                     # a mismatch (or the end): no later cap counts further
+            self._agree[(i, j)] = (a, done)
+        return min(a, cap)
 
 def replay_ngram(seq:list, # prompt + greedy output + at least `k` greedy tokens past its end
                  n_prompt:int, n_out:int, k:int, ngram:tuple=(2, 4),
@@ -141,8 +162,7 @@ def replay_ngram(seq:list, # prompt + greedy output + at least `k` greedy tokens
                 ) -> SpecStats:
     "The n-gram loop's counters at T=0 and chain length `k`, without a target forward."
     index = index or NgramIndex(seq, ngram[1])
-    accepted = lambda n: _leading(index.propose(n, k, *ngram), seq[n:n + k])
-    return replay_stats(walk(accepted, n_prompt + 1, n_prompt + n_out, k), k, n_out)
+    return replay_stats(walk(lambda n: index.accepted(n, k, *ngram), n_prompt + 1, n_prompt + n_out, k), k, n_out)
 
 # %% ../nbs/10a_replay.ipynb #26ef4d91
 @torch.inference_mode()

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 
 # %% auto #0
-__all__ = ['NO_VLLM', 'VLLM_CPU_FIX', 'vllm_python', 'VllmError', 'free_port', 'vllm_patches_dir', 'server_env', 'vllm_server',
-           'spec_counters', 'vllm_row', 'compare_rows', 'replay_row', 'acceptance_interval', 'within_band',
-           'serve_prompts', 'sampled_pass', 'vllm_check']
+__all__ = ['NO_VLLM', 'VLLM_CPU_FIX', 'vllm_python', 'VllmError', 'free_port', 'vllm_patches_dir', 'cpu_bind', 'server_env',
+           'vllm_server', 'spec_counters', 'vllm_row', 'compare_rows', 'replay_row', 'acceptance_interval',
+           'within_band', 'serve_prompts', 'sampled_pass', 'vllm_check']
 
 # %% ../nbs/11a_vllm_check.ipynb #77db18ac
 def vllm_python() -> str|None:
@@ -78,9 +78,19 @@ def vllm_patches_dir() -> Path:
         os.replace(tmp, f)
     return d
 
+def cpu_bind() -> dict:
+    ("vLLM-cpu's thread binding for a check: every core this process may use, none kept back for the front end (which "
+     "a check's few requests hardly load). vLLM's own default binds one core and reserves the rest. Unset where the "
+     "environment sets either, or where the cores are not one range.")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    own = {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"} & set(os.environ)
+    if own or not cores or cores != list(range(cores[0], cores[-1] + 1)): return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": f"{cores[0]}-{cores[-1]}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
 def server_env() -> dict:
-    "The environment a vLLM server starts in: a KV cache size, and the CPU fix first on PYTHONPATH (unless turned off)."
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    ("The environment a vLLM server starts in: a KV cache size, every core bound (`cpu_bind`), and the CPU fix first "
+     "on PYTHONPATH (unless turned off).")
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"), **cpu_bind()}
     if os.environ.get("EAGLE3NB_VLLM_UNPATCHED") != "1":
         env["PYTHONPATH"] = os.pathsep.join([str(vllm_patches_dir())] + [p for p in [env.get("PYTHONPATH")] if p])
     return env

@@ -183,9 +183,11 @@ def vllm_spec_check(tmp_path_factory):
     return {"result": res, "cases": cases, "local": local, "ours": ours, "stats": stats, "row": row, "log": log,
             "sampled": sampled}
 
-def drawn_records(eng, d, cases:list, n:int, k:int, temperature:float=0.8, top_p:float=0.9, draws:int=5) -> dict:
+def drawn_records(eng, d, cases:list, n:int, k:int, temperature:float=0.8, top_p:float=0.9, draws:int=5,
+                  method:str="eagle3") -> dict:
     ("`vllm_check`'s `sampled`: each prompt drawn `draws` times (its own seed each) from the local engine at that "
-     "sampling and replayed at `k`; every draw is a unit of the bootstrap (its prompt is the same on both sides).")
+     "sampling and replayed at `k` (EAGLE-3's chain, or DFlash's blocks); every draw is a unit of the bootstrap (its "
+     "prompt is the same on both sides).")
     from eagle3nb.models import eos_ids
     from eagle3nb.protocol import Sampling
     from eagle3nb.replay import greedy_runs, per_prompt_records, replay_prompts
@@ -194,11 +196,14 @@ def drawn_records(eng, d, cases:list, n:int, k:int, temperature:float=0.8, top_p
     runs = greedy_runs(eng.model, [p for _, p in each], n, eos_ids(eng.target.path, eng.target.tokenizer), k,
                        d.config.aux_layers_hf, 8, eng, Sampling(max_new_tokens=n, temperature=temperature, top_p=top_p),
                        seeds)
-    per = replay_prompts(eng.model, d, each, runs, [k], [])
+    if method == "dflash":
+        from eagle3nb.replay_dflash import replay_prompts_dflash
+        per = replay_prompts_dflash(eng.model, d, each, runs, [k])
+    else: per = replay_prompts(eng.model, d, each, runs, [k], [])
     recs = [{"id": i, "prompt_ids": p, "conversation": i} for i, p in each]
     return {"temperature": temperature, "top_p": top_p, "top_k": -1, "seeds": seeds,
             "prompts": [{"id": i, "prompt_ids": p} for i, p in each],
-            "records": per_prompt_records(per, recs, "sealed", {"eagle3": "eagle3"}), "runs": runs}
+            "records": per_prompt_records(per, recs, "sealed", {method: method}), "runs": runs}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (`pytest -m cuda`); skipped where none is visible")

@@ -3,9 +3,11 @@
 `train_dflash`, block 4) and written by `save_dflash` in the layout vLLM's `qwen3_dflash` loader reads; served at
 fp32 with `--enforce-eager` and K=3, vLLM's own spec-decode counters (drafts, draft tokens, accepted per position)
 equal eagle3nb's replay of block drafting on the same prompts at T=0, which equals eagle3nb's draft-and-verify loop,
-and vLLM's outputs are the target's own greedy answers."""
+and vLLM's outputs are the target's own greedy answers; at T = 0.8 its counters lie in the band of the replay over
+eagle3nb's own draws of the same prompts."""
 import json, os
 import pytest
+from conftest import drawn_records
 from quick_drafter import fit_dflash
 from eagle3nb.decode import SpecStats
 from eagle3nb.dflash import save_dflash
@@ -31,14 +33,16 @@ def served(tmp_path_factory):
     local = [g.output_ids for g in eng.generate_batch([p for _, p in cases], Sampling(max_new_tokens=N))]
     m = measure_dflash(eng.model, d, cases, N, eos, ks=[K])
     loop = [spec_decode_dflash(eng.model, d, p, N, eos, k=K) for _, p in cases]
+    sampled = drawn_records(eng, d, cases, N, K, method="dflash")     # the same prompts drawn at T = 0.8, replayed
     export = save_dflash(d, tmp_path_factory.mktemp("export")/"smollm2-dflash")
     del eng
     row = m["by_k"]["dflash"][0]
     res = vllm_check(export, d.config.target, [{"id": i, "prompt_ids": p} for i, p in cases], K, N, eagle3nb_row=row,
                      expected_outputs={i: o for (i, _), o in zip(cases, local)},
-                     log=tmp_path_factory.mktemp("vllm")/"server.log", python=py, method="dflash")
+                     log=tmp_path_factory.mktemp("vllm")/"server.log", python=py, method="dflash", sampled=sampled)
     if "not_run" in res: pytest.fail(res["not_run"])
-    return {"result": res, "row": row, "measure": m, "loop": loop, "local": local, "cases": cases, "export": export}
+    return {"result": res, "row": row, "measure": m, "loop": loop, "local": local, "cases": cases, "export": export,
+            "sampled": sampled}
 
 @pytest.mark.vllm
 def test_vllm_dflash_counters_equal_the_replay(served):
@@ -70,3 +74,17 @@ def test_vllm_dflash_export_names_vllms_architecture(served):
     assert cfg["dflash_config"] == {"target_layer_ids": [1, 14, 26], "mask_token_id": 0, "block_size": K + 1}
     log = served["result"]["log"]
     assert "Resolved architecture: DFlashDraftModel" in open(log, errors="replace").read()   # vLLM built DFlash
+
+@pytest.mark.vllm
+def test_vllm_dflash_at_served_sampling(served):
+    ("The same prompts drawn 5 times each at T = 0.8: vLLM's DFlash counters lie in the band of eagle3nb's replay of "
+     "block drafting over its own draws (vLLM's DFlash proposer drafts greedily, so the replay holds at T > 0).")
+    s, res = served["sampled"], served["result"]["sampled"]
+    v, n = res["vllm"], len(s["runs"])
+    json.dumps(res)
+    assert (res["temperature"], res["seeds"]) == (0.8, s["seeds"])
+    assert v["draft_tokens"] == K * v["drafts"] and v["target_forwards"] == n + v["drafts"]
+    assert res["eagle3nb"]["output_tokens"] == sum(len(r["output"]) for r in s["runs"])
+    assert [r["output"] for r in s["runs"][:len(served["local"])]] != served["local"]   # sampled, not greedy answers
+    print(f"T=0.8: vLLM {v}\nreplay {res['eagle3nb']}\nband {res['interval']}")
+    assert res["within_band"]["all"], res["within_band"]
