@@ -20,11 +20,29 @@ from .replay_dflash import merge_per_prompt, replay_prompts_dflash
 from .evaluate import EvaluateConfig, _drop, _lines, answers_both, eval_sampling, seeds_note
 
 # %% auto #0
-__all__ = ['measure_dflash_set', 'set_block', 'DFlashSetup', 'dflash_setup', 'dflash_sets', 'dflash_draft_costs', 'dflash_costs',
-           'evaluate_dflash', 'dflash_summary']
+__all__ = ['dflash_ks_replayed', 'measure_dflash_set', 'set_block', 'DFlashSetup', 'dflash_setup', 'dflash_sets',
+           'dflash_draft_costs', 'dflash_costs', 'evaluate_dflash', 'dflash_summary']
 
 # %% ../nbs/10e_evaluate_dflash.ipynb #e6935237
 def _at(rows:list, k:int) -> dict|None: return next((r for r in rows if r["k"] == k), None)
+
+def dflash_ks_replayed(model, d, pairs:list, runs:list, ks:list, have:list,
+                       patience:int=2, # Ks in a row that fall short of the best pooled figure before it stops
+                      ) -> list:
+    ("DFlash's per-prompt counters (as `replay_prompts_dflash` writes them), K by K, on past the best pooled tokens "
+     "per target forward until `patience` Ks in a row fall short of it. Each K is a forward of K+1 positions and "
+     "the whole vocabulary at every anchor (a block is non-causal: its drafts change with K), and past the "
+     "drafter's reach longer blocks only draft tokens that are rejected.")
+    out, best, short = None, 0.0, 0
+    for k in sorted(ks):
+        per = replay_prompts_dflash(model, d, pairs, runs, [k], have)
+        if out is None: out = per
+        else:
+            for o, q in zip(out, per): o["by_k"]["dflash"].update(q["by_k"]["dflash"])
+        t = sum_rows(per, "dflash")[0]["tokens_per_forward"] or 0
+        best, short = (t, 0) if t > best else (best, short + 1)
+        if short >= patience: break
+    return out
 
 def measure_dflash_set(model, d, recs:list, runs:list, ks:list, ngram_ks:list, settings:list,
                        eagle=None, # an EAGLE-3 drafter replayed beside DFlash over the same answers (None: none)
@@ -36,7 +54,7 @@ def measure_dflash_set(model, d, recs:list, runs:list, ks:list, ngram_ks:list, s
     sel = [{**r, "aux": select_aux(r["aux"], have, eagle.config.aux_layers_hf)} for r in runs] if eagle else runs
     ng = ([replay_prompts(model, eagle, pairs, sel, list(eagle_ks) if eagle else [], ngram_ks, settings)]
           if ngram_ks or eagle else [])
-    return merge_per_prompt(*ng, replay_prompts_dflash(model, d, pairs, runs, ks, have))
+    return merge_per_prompt(*ng, dflash_ks_replayed(model, d, pairs, runs, ks, have))
 
 def set_block(per:list, recs:list, which:str, methods:dict, texts:dict, ks:dict|None, cfg:EvaluateConfig,
               sampling:dict|None=None, seeds:list|None=None, # the served sampling the answers were drawn at, seeds
@@ -105,8 +123,8 @@ def dflash_sets(es:DFlashSetup, recs:list, srecs:list, runs:list, # both sets' a
     out = {"ngram_chosen": chosen,
            **set_block(per, recs, "heldout", methods, texts, None, m.cfg, sampling, seeds and seeds[:n])}
     if srecs:
-        sper = measure_dflash_set(m.model, m.d, srecs, runs[n:], m.ks, m.ngram_ks, [chosen] if chosen else [], m.e,
-                                  m.eagle_ks, m.have)
+        sper = measure_dflash_set(m.model, m.d, srecs, runs[n:], [out["ks"]["dflash"]], m.ngram_ks,
+                                  [chosen] if chosen else [], m.e, m.eagle_ks, m.have)   # DFlash at its K alone
         out["sealed"] = {**set_block(sper, srecs, "sealed", methods, texts, out["ks"], m.cfg, sampling,
                                      seeds and seeds[n:]),
                          "k_from": "the held-out prompts (each method's best K there)",
