@@ -205,6 +205,23 @@ def drawn_records(eng, d, cases:list, n:int, k:int, temperature:float=0.8, top_p
             "prompts": [{"id": i, "prompt_ids": p} for i, p in each],
             "records": per_prompt_records(per, recs, "sealed", {method: method}), "runs": runs}
 
+def assert_sampled_pass(drawn:dict, # `drawn_records`' answer: the draws vLLM was sent
+                        res:dict, # `vllm_check`'s `sampled` block for them
+                        greedy:list, # the target's greedy answers of the same prompts
+                        k:int):
+    ("What vLLM's pass at T = 0.8 over `drawn_records`' prompts must show: the seeds sent, K drafts a cycle, one "
+     "prefill a draw, the replay over the very draws, sampled answers (not the greedy ones), every counter in the "
+     "replay's band.")
+    import json
+    v, n = res["vllm"], len(drawn["runs"])
+    json.dumps(res)
+    assert (res["temperature"], res["seeds"]) == (0.8, drawn["seeds"])
+    assert v["draft_tokens"] == k * v["drafts"] and v["target_forwards"] == n + v["drafts"]
+    assert res["eagle3nb"]["output_tokens"] == sum(len(r["output"]) for r in drawn["runs"])
+    assert [r["output"] for r in drawn["runs"][:len(greedy)]] != greedy     # sampled answers, not the greedy ones
+    print(f"T=0.8: vLLM {v}\nreplay {res['eagle3nb']}\nband {res['interval']}")
+    assert res["within_band"]["all"], res["within_band"]
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (`pytest -m cuda`); skipped where none is visible")
 
