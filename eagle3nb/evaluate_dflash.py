@@ -111,7 +111,9 @@ def dflash_setup(cfg:EvaluateConfig, drafter, eagle3=None) -> DFlashSetup:
                        ks, nks, eks, [tuple(s) for s in cfg.ngram_settings] if cfg.ngram else [])
 
 def dflash_sets(es:DFlashSetup, recs:list, srecs:list, runs:list, # both sets' answers, held-out first
-                texts:dict, sampling:dict|None=None, seeds:list|None=None) -> dict:
+                texts:dict, sampling:dict|None=None, seeds:list|None=None,
+                serve_k:int|None=None, # the K vLLM serves (T=0's choice): the sealed prompts replayed at it too
+               ) -> dict:
     ("Held-out, then sealed, at one sampling (greedy, or the served one): every K replayed over the answers, n-gram's "
      "lookup setting and each method's K chosen on the held-out prompts, the sealed prompts at those choices.")
     n, m = len(recs), es
@@ -123,8 +125,9 @@ def dflash_sets(es:DFlashSetup, recs:list, srecs:list, runs:list, # both sets' a
     out = {"ngram_chosen": chosen,
            **set_block(per, recs, "heldout", methods, texts, None, m.cfg, sampling, seeds and seeds[:n])}
     if srecs:
-        sper = measure_dflash_set(m.model, m.d, srecs, runs[n:], [out["ks"]["dflash"]], m.ngram_ks,
-                                  [chosen] if chosen else [], m.e, m.eagle_ks, m.have)   # DFlash at its K alone
+        sks = sorted({out["ks"]["dflash"], serve_k or out["ks"]["dflash"]})   # its K, and the one vLLM serves
+        sper = measure_dflash_set(m.model, m.d, srecs, runs[n:], sks, m.ngram_ks, [chosen] if chosen else [], m.e,
+                                  m.eagle_ks, m.have)
         out["sealed"] = {**set_block(sper, srecs, "sealed", methods, texts, out["ks"], m.cfg, sampling,
                                      seeds and seeds[n:]),
                          "k_from": "the held-out prompts (each method's best K there)",
@@ -200,7 +203,7 @@ def evaluate_dflash(run, prompts, # held-out prompts: a JSONL of prompt records 
     measured = [t0m]
     if sampling:
         sruns, seeds, sinfo = drawn
-        sm = dflash_sets(es, recs, srecs, sruns, texts, sampling, seeds)
+        sm = dflash_sets(es, recs, srecs, sruns, texts, sampling, seeds, t0m["ks"]["dflash"])
         measured.append(sm)
         report["sampled"] = {**sampling, "seeds": seeds_note(cfg), **_drop(sm, "per_prompt", "sealed"),
                              "engine": sinfo}
