@@ -11,23 +11,32 @@ from .drafter import Drafter
 from .decode import DrafterCache, TargetCache
 
 # %% auto #0
-__all__ = ['DTYPES', 'measure_costs', 'recommend_k', 'expected_speedup', 'resolve_device', 'drafter_to', 'param_count',
-           'device_memory', 'TooLarge', 'check_fits']
+__all__ = ['DTYPES', 'fastest', 'costs_json', 'measure_costs', 'recommend_k', 'expected_speedup', 'resolve_device', 'drafter_to',
+           'param_count', 'device_memory', 'TooLarge', 'check_fits']
+
+# %% ../nbs/10b_costs.ipynb #72447b9a
+def fastest(f, # called with no arguments, `repeats` times
+            repeats:int, device) -> float:
+    "The fastest of `repeats` wall-clock timings of `f()`, in seconds; on a GPU `device`, synchronised around each."
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    ts = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        f()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+def costs_json(costs:dict) -> dict:
+    "`measure_costs`' answer (or any dict of per-width tables) with string keys, as JSON writes and reads them back."
+    return {k: ({str(n): v for n, v in x.items()} if isinstance(x, dict) else x) for k, x in costs.items()}
 
 # %% ../nbs/10b_costs.ipynb #b927f013
 @torch.inference_mode()
 def measure_costs(model, drafter:Drafter|None, context:list, max_k:int=7, repeats:int=5) -> dict:
     "Fastest of `repeats` timings of a target forward of 1..max_k+1 new tokens after `context`; the drafter's passes."
-    sync = torch.cuda.synchronize if next(model.parameters()).is_cuda else (lambda: None)
-    def timed(f):
-        ts = []
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter()
-            f()
-            sync()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
+    timed = lambda f: fastest(f, repeats, next(model.parameters()).device)
     tgt = TargetCache(model, drafter.config.aux_layers_hf if drafter is not None else None)
     _, aux = tgt(context[:-1])
     P = len(tgt)

@@ -18,7 +18,8 @@ from .decode import sweep
 from .replay import (by_k_row, configurations_chosen_among, greedy_runs, measure_replay, ngram_name, peak_ks,
                              per_prompt_records, prompt_texts, replay_prompts)
 from .kinds import acceptance_by_kind, acceptance_by_mode
-from .costs import check_fits, drafter_to, expected_speedup, measure_costs, recommend_k, resolve_device
+from .costs import (check_fits, costs_json, drafter_to, expected_speedup, measure_costs, recommend_k,
+                            resolve_device)
 from .power import plot_report
 
 # %% auto #0
@@ -388,9 +389,9 @@ def build_report(run, es:EvalSetup, prompts, sealed, recs:list, p:dict # the ste
               "loop_n_prompts": len(p["res"]["outputs"]),
               "tokens_per_forward": "output tokens / target forwards, the prefill forward counted",
               "ngram": {"prompt_lookup_min": lookup[0], "prompt_lookup_max": lookup[1]} if c.ngram else None}
-    costs = {k: ({str(n): v for n, v in x.items()} if isinstance(x, dict) else x) for k, x in p["costs"].items()}
-    report = {"config": config, "rows": p["res"]["rows"], "by_k": p["by_k"], "best": p["best"], "costs": costs,
-              "recommended": p["rec"], "training_tau_sim": tau_sim_by_k(Run(run).metrics, es.eagle_ks),
+    report = {"config": config, "rows": p["res"]["rows"], "by_k": p["by_k"], "best": p["best"],
+              "costs": costs_json(p["costs"]), "recommended": p["rec"],
+              "training_tau_sim": tau_sim_by_k(Run(run).metrics, es.eagle_ks),
               "near_duplicates": p["near"]}
     if t0m:
         report.update({k: t0m[k] for k in _SAMPLED_KEYS if k not in ("by_k", "best") and t0m.get(k) is not None},

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from .core import Run, InputError, trained_k, write_json, write_jsonl_atomic
-from .costs import expected_speedup, measure_costs, resolve_device
+from .costs import costs_json, expected_speedup, fastest, measure_costs, resolve_device
 from .dflash import DFlash, load_dflash, select_aux
 from .drafter import load_drafter
 from .models import eos_ids, load_target
@@ -143,7 +143,6 @@ def dflash_draft_costs(d:DFlash, seq:list, # prompt + answer: the last token anc
      "projected before: the projection of the two states the last verify kept (one accepted draft and the bonus, "
      "as EAGLE-3's first pass is timed) and one block forward of K+1 positions over the whole context.")
     dev, S = d.fc.weight.device, len(seq) - 1
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     ctx, pos2 = d.context_kv(aux[None, :S - 2].to(dev)), torch.arange(S - 2, S, device=dev)[None]
     def cycle(k):
         new = d.context_kv(aux[None, S - 2:S].to(dev), pos2)
@@ -153,17 +152,8 @@ def dflash_draft_costs(d:DFlash, seq:list, # prompt + answer: the last token anc
         h = d.block_states(ids, (S + torch.arange(k + 1, device=dev))[None, None], kv,
                            torch.ones(1, 1, S, dtype=torch.bool, device=dev))
         return d.lm_head(h[0, :, 1:]).argmax(-1)
-    def timed(k):
-        ts = []
-        for _ in range(repeats):
-            sync()
-            t0 = time.perf_counter()
-            cycle(k)
-            sync()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
     cycle(max(ks))                                                # warm
-    return {k: timed(k) for k in ks}
+    return {k: fastest(lambda: cycle(k), repeats, dev) for k in ks}
 
 def dflash_costs(es:DFlashSetup, context:list, # a held-out prompt and its greedy answer
                  aux, # the answer's states (`es.have`'s layers)
@@ -177,7 +167,7 @@ def dflash_costs(es:DFlashSetup, context:list, # a held-out prompt and its greed
     for b in blocks:
         for m, rs in b["by_k"].items():
             for r in rs: r["expected_speedup"] = expected_speedup(r, costs, m)
-    return {k: ({str(n): v for n, v in x.items()} if isinstance(x, dict) else x) for k, x in costs.items()}
+    return costs_json(costs)
 
 # %% ../nbs/10e_evaluate_dflash.ipynb #f3cda3b4
 def evaluate_dflash(run, prompts, # held-out prompts: a JSONL of prompt records or conversations
