@@ -14,7 +14,7 @@ from .decode import DrafterCache, TargetCache
 __all__ = ['DTYPES', 'fastest', 'costs_json', 'measure_costs', 'recommend_k', 'expected_speedup', 'resolve_device', 'drafter_to',
            'param_count', 'device_memory', 'TooLarge', 'check_fits']
 
-# %% ../nbs/10b_costs.ipynb #72447b9a
+# %% ../nbs/10b_costs.ipynb #38bdc46e
 def fastest(f, # called with no arguments, `repeats` times
             repeats:int, device) -> float:
     "The fastest of `repeats` wall-clock timings of `f()`, in seconds; on a GPU `device`, synchronised around each."
