@@ -150,7 +150,7 @@ def test_trains_resumes_and_fits_the_plan(real, capsys):
     # rates equal. AdamW's first steps move every weight by about the warmed-up learning rate whatever its gradient's
     # size, so a rounding that differs flips the sign of a near-zero gradient and moves that weight by a whole step; at
     # these widths on this CPU two processes sometimes round apart (0.6-3.3 % of the sampled weights, pooled, in the
-    # runs that did; 11.6 % of one Kimi-K2.5 norm's, in CI at stop 51). Lost moments moved 96 %, a reset step count
+    # runs that did; 11.6 % of one Kimi-K2.5 norm's, in one CI run). Lost moments moved 96 %, a reset step count
     # 77 %: the tiny-drafter test (test_train) plants those, a missing tensor and a NaN, and sees each fail
     lr = sum(r["lr"] for r in a)
     assert [r["lr"] for r in a] == [r["lr"] for r in b]             # the logged learning rates
